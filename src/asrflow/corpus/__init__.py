@@ -1,0 +1,1 @@
+"""Corpora asrflow can make itself (the embedded synthetic demo corpus)."""

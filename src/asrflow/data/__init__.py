@@ -1,0 +1,1 @@
+"""Data half of the workflow: importing, splitting, validating and filtering corpora."""

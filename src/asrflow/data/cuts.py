@@ -1,0 +1,67 @@
+"""Reading and writing Lhotse CutSets the way every asrflow rule does.
+
+Conventions for the cuts asrflow writes (one per utterance):
+
+- a ``MonoCut`` with exactly one supervision spanning the cut;
+- ``supervision.text`` is the transcript as the corpus gave it (normalization happens later, in
+  one place: :mod:`asrflow.text`);
+- ``supervision.speaker`` is the speaker (or ``None``);
+- every other manifest field (``session``, ``condition``, ``has_entity``, ...) sits in
+  ``supervision.custom``; :func:`field` reads them, and ``speaker`` too;
+- ``supervision.custom["origin"]`` is ``"<manifest path>:<line>"`` so that errors can name the line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lhotse import CutSet
+from lhotse.cut import Cut
+
+from asrflow.io import write_jsonl_gz
+from asrflow.types import Pathlike
+
+ORIGIN = "origin"
+
+
+def save_cuts(cuts: Iterable[Cut], path: Pathlike) -> int:
+    """Write cuts as a byte-reproducible ``.jsonl.gz`` (atomic). Returns the count."""
+    return write_jsonl_gz(path, (cut.to_dict() for cut in cuts))
+
+
+def load_cuts(path: Pathlike) -> CutSet:
+    """Load a CutSet eagerly (asrflow's data-half manifests fit in memory)."""
+    return CutSet.from_file(Path(path))
+
+
+def supervision(cut: Cut):
+    """The single supervision of an asrflow cut."""
+    if len(cut.supervisions) != 1:
+        raise ValueError(f"cut {cut.id}: expected exactly one supervision, got {len(cut.supervisions)}")
+    return cut.supervisions[0]
+
+
+def text(cut: Cut) -> str:
+    """The raw transcript of a cut ("" when missing)."""
+    return supervision(cut).text or ""
+
+
+def field(cut: Cut, name: str, default: Any = None) -> Any:
+    """A manifest field of a cut: ``speaker``, ``text``, ``id``, ``duration`` or any custom field."""
+    sup = supervision(cut)
+    if name == "speaker":
+        return sup.speaker
+    if name == "text":
+        return sup.text
+    if name == "id":
+        return cut.id
+    if name == "duration":
+        return cut.duration
+    return (sup.custom or {}).get(name, default)
+
+
+def origin(cut: Cut) -> str:
+    """Where the cut came from, ``"<manifest>:<line>"``, or the cut ID when unknown."""
+    return str(field(cut, ORIGIN) or cut.id)

@@ -1,0 +1,104 @@
+"""Atomic, content-stable file writes.
+
+Every artifact asrflow writes goes through this module: the data is written to a temporary file
+beside the target and renamed into place, so a reader never sees a half-written file. If the
+target already holds byte-identical content, the temporary file is dropped and the target is left
+untouched (its mtime stays), so reruns that reproduce the same bytes look unchanged downstream.
+
+Example::
+
+    with atomic_output("results/x.bin") as tmp:
+        tmp.write_bytes(payload)          # or hand ``tmp`` to a library that writes a path
+"""
+
+from __future__ import annotations
+
+import filecmp
+import gzip
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from asrflow.types import Pathlike
+
+
+@contextmanager
+def atomic_output(path: Pathlike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success move it into place.
+
+    ``suffix`` defaults to the target's own suffixes, so libraries that pick a format from the
+    file name (``.jsonl.gz``, ``.wav``) still do the right thing. On an exception the temporary
+    file is removed and the target is untouched. If the new content equals the old, the target
+    keeps its mtime.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if suffix is None:
+        suffix = "".join(target.suffixes) or ".tmp"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        commit(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def commit(tmp: Path, target: Path) -> bool:
+    """Rename ``tmp`` onto ``target`` unless ``target`` already has the same bytes.
+
+    Returns True when ``target`` was (re)written.
+    """
+    if target.is_file() and filecmp.cmp(tmp, target, shallow=False):
+        tmp.unlink()
+        return False
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, target)
+    return True
+
+
+def write_bytes(path: Pathlike, data: bytes) -> None:
+    """Atomically write ``data`` to ``path``."""
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: Pathlike, text: str) -> None:
+    """Atomically write UTF-8 ``text`` to ``path``."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def dumps_json(obj: Any) -> str:
+    """Stable JSON text: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+
+
+def write_json(path: Pathlike, obj: Any) -> None:
+    """Atomically write ``obj`` as stable JSON (sorted keys) to ``path``."""
+    write_text(path, dumps_json(obj))
+
+
+def write_jsonl_gz(path: Pathlike, records: Iterable[dict[str, Any]]) -> int:
+    """Atomically write dicts as gzip-compressed JSON lines, byte-reproducibly.
+
+    ``gzip.open`` stamps the current time into the header, so two runs over the same data give
+    different bytes; this writer fixes the header (mtime 0, no file name) instead.
+    Returns the number of records written.
+    """
+    n = 0
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as raw, gzip.GzipFile(
+            filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6
+        ) as gz, io.TextIOWrapper(gz, encoding="utf-8", newline="\n") as text:
+            for record in records:
+                text.write(json.dumps(record, ensure_ascii=False))
+                text.write("\n")
+                n += 1
+    return n
