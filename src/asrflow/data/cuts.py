@@ -8,7 +8,9 @@ Conventions for the cuts asrflow writes (one per utterance):
 - ``supervision.speaker`` is the speaker (or ``None``);
 - every other manifest field (``session``, ``condition``, ``has_entity``, ...) sits in
   ``supervision.custom``; :func:`field` reads them, and ``speaker`` too;
-- ``supervision.custom["origin"]`` is ``"<manifest path>:<line>"`` so that errors can name the line.
+- ``supervision.custom["origin"]`` is ``"<manifest path>:<line>"`` so that errors can name the line;
+- ``supervision.custom["segment"]`` is true when the manifest gave an offset (or Kaldi segments),
+  i.e. the cut is a part of its audio file rather than the whole file.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from asrflow.io import write_jsonl_gz
 from asrflow.types import Pathlike
 
 ORIGIN = "origin"
+SEGMENT = "segment"
+"""Custom flag: the cut is a segment (offset/duration) of a longer file, not the whole file."""
 
 
 def save_cuts(cuts: Iterable[Cut], path: Pathlike) -> int:

@@ -1,0 +1,21 @@
+# asrflow: speech corpus -> chosen, verified ASR model.
+# This file is a table of contents; each stage lives in rules/<stage>.smk, each step's logic in
+# src/asrflow/. Outputs go under results/, logs under logs/.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/tokenizer.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

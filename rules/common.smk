@@ -1,0 +1,58 @@
+# Config validation, wildcard constraints and named input functions shared by all stages.
+
+from asrflow import layout
+from snakemake.utils import validate
+
+
+validate(config, "../config/config.schema.yaml")
+layout.check_config(config)
+
+
+wildcard_constraints:
+    corpus=r"[A-Za-z0-9_\-]+",
+    split=r"[A-Za-z0-9_]+",
+    tokenizer=r"[A-Za-z0-9_\-]+",
+
+
+def source_manifest(wildcards):
+    """The manifest (or Kaldi dir) that the import of one split (or of 'all') reads."""
+    return layout.source_manifest(config, wildcards.corpus, wildcards.split)
+
+
+def split_cuts(wildcards):
+    """Split name -> imported cuts of every split of a corpus (after holdout, if any)."""
+    corpus = wildcards.corpus
+    if layout.uses_holdout(config, corpus):
+        holdout_dir = checkpoints.holdout_split.get(corpus=corpus).output.splits
+        return {s: f"{holdout_dir}/{s}.jsonl.gz" for s in layout.splits(config, corpus)}
+    return {s: layout.imported(corpus, s) for s in layout.splits(config, corpus)}
+
+
+def validated_cuts(wildcards):
+    """The validated cuts of one split (an output of the validate_corpus checkpoint)."""
+    validated = checkpoints.validate_corpus.get(corpus=wildcards.corpus).output.cuts
+    return f"{validated}/{wildcards.split}.jsonl.gz"
+
+
+def tokenizer_train_cuts(wildcards):
+    """The filtered train split of the tokenizer's corpus: the only text a tokenizer sees."""
+    corpus = config["tokenizers"][wildcards.tokenizer]["corpus"]
+    return layout.filtered(corpus, "train")
+
+
+def all_targets():
+    """Everything `snakemake` builds by default."""
+    return layout.all_targets(config)
+
+
+def import_format(wildcards):
+    """The importer for a corpus: the demo corpus is written as NeMo manifests."""
+    source = config["corpora"][wildcards.corpus]["source"]
+    return "nemo" if source == "synthetic" else source
+
+
+def tokenizer_settings(wildcards):
+    """The tokenizer's settings without the corpus name (that is an input, not a parameter)."""
+    settings = dict(config["tokenizers"][wildcards.tokenizer])
+    del settings["corpus"]
+    return settings

@@ -1,0 +1,97 @@
+# Data half of the DAG: (synthesize) -> import -> (holdout) -> validate (gate) -> filter.
+# import runs once per split, so a change to one split's manifest re-imports only that split;
+# validate and holdout are checkpoints, so after they run Snakemake re-evaluates what depends on
+# them and skips every split whose cuts came out byte-identical (see README, "Reruns").
+
+
+rule synthesize_corpus:
+    output:
+        train=layout.synthetic_manifest("{corpus}", "train"),
+        dev=layout.synthetic_manifest("{corpus}", "dev"),
+        test=layout.synthetic_manifest("{corpus}", "test"),
+        audio=directory(layout.synthetic_dir("{corpus}") + "/audio"),
+        record=layout.prov(layout.synthetic_dir("{corpus}") + "/corpus"),
+    params:
+        synthetic=lookup(dpath="corpora/{corpus}/synthetic", within=config),
+    log:
+        layout.log("synthesize_corpus", "{corpus}"),
+    benchmark:
+        layout.benchmark("synthesize_corpus", "{corpus}")
+    script:
+        "../scripts/synthesize_corpus.py"
+
+
+rule import_manifest:
+    input:
+        manifest=source_manifest,
+    output:
+        cuts=layout.imported("{corpus}", "{split}"),
+        record=layout.prov(layout.imported("{corpus}", "{split}")),
+    params:
+        format=import_format,
+        sampling_rate=lookup(dpath="corpora/{corpus}/sampling_rate", within=config),
+    threads: 4
+    log:
+        layout.log("import_manifest", "{corpus}", "{split}"),
+    script:
+        "../scripts/import_manifest.py"
+
+
+checkpoint holdout_split:
+    input:
+        cuts=layout.imported("{corpus}", layout.ALL),
+    output:
+        splits=directory(layout.holdout_dir("{corpus}")),
+        record=layout.prov(layout.holdout_dir("{corpus}")),
+    params:
+        holdout=lookup(dpath="corpora/{corpus}/holdout", within=config),
+    log:
+        layout.log("holdout_split", "{corpus}"),
+    script:
+        "../scripts/holdout_split.py"
+
+
+checkpoint validate_corpus:
+    input:
+        unpack(split_cuts),
+    output:
+        cuts=directory(layout.validated_dir("{corpus}")),
+        report=layout.validation_report("{corpus}", "json"),
+        text=report(
+            layout.validation_report("{corpus}", "txt"),
+            caption="../report/validation.rst",
+            category="Data",
+        ),
+        record=layout.prov(layout.validation_report("{corpus}", "json")),
+    params:
+        validation=lookup(dpath="corpora/{corpus}/validation", within=config),
+        normalization=config["text_normalization"],
+    threads: 4
+    log:
+        layout.log("validate_corpus", "{corpus}"),
+    benchmark:
+        layout.benchmark("validate_corpus", "{corpus}")
+    script:
+        "../scripts/validate_corpus.py"
+
+
+rule filter_split:
+    input:
+        cuts=validated_cuts,
+    output:
+        cuts=layout.filtered("{corpus}", "{split}"),
+        report=layout.filter_report("{corpus}", "{split}", "json"),
+        text=report(
+            layout.filter_report("{corpus}", "{split}", "txt"),
+            caption="../report/filter.rst",
+            category="Data",
+        ),
+        record=layout.prov(layout.filtered("{corpus}", "{split}")),
+    params:
+        filter=lookup(dpath="corpora/{corpus}/filter", within=config),
+        slice_fields=lookup(dpath="corpora/{corpus}/slice_fields", within=config),
+        normalization=config["text_normalization"],
+    log:
+        layout.log("filter_split", "{corpus}", "{split}"),
+    script:
+        "../scripts/filter_split.py"

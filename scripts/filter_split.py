@@ -1,0 +1,15 @@
+"""Snakemake adapter of rule filter_split -> asrflow.data.stages.filter_split."""
+
+from asrflow.data.stages import filter_split
+from asrflow.workflow import step
+
+with step(snakemake):  # noqa: F821 - injected by Snakemake
+    filter_split(
+        snakemake.input.cuts,
+        snakemake.output.cuts,
+        snakemake.output.report,
+        snakemake.output.text,
+        filter=snakemake.params.filter,
+        slice_fields=snakemake.params.slice_fields,
+        normalization=snakemake.params.normalization,
+    )

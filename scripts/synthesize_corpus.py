@@ -1,0 +1,11 @@
+"""Snakemake adapter of rule synthesize_corpus -> asrflow.corpus.synthetic.generate_corpus."""
+
+from pathlib import Path
+
+from asrflow.corpus.synthetic import SyntheticCorpusConfig, generate_corpus
+from asrflow.workflow import step
+
+with step(snakemake):  # noqa: F821 - injected by Snakemake
+    generate_corpus(
+        Path(snakemake.output.train).parent, SyntheticCorpusConfig(**snakemake.params.synthetic)
+    )

@@ -1,0 +1,17 @@
+"""Snakemake adapter of checkpoint validate_corpus -> asrflow.data.stages.validate_corpus."""
+
+from asrflow.data.stages import validate_corpus
+from asrflow.workflow import step
+
+with step(snakemake) as s:  # noqa: F821 - injected by Snakemake
+    audio = validate_corpus(
+        snakemake.wildcards.corpus,
+        dict(snakemake.input.items()),
+        snakemake.output.cuts,
+        snakemake.output.report,
+        snakemake.output.text,
+        validation=snakemake.params.validation,
+        normalization=snakemake.params.normalization,
+        threads=snakemake.threads,
+    )
+    s.add_extra_inputs("audio", audio)

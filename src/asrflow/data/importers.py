@@ -1,0 +1,304 @@
+"""Importers: NeMo JSONL manifests, Kaldi data directories and Lhotse cut manifests -> CutSet.
+
+Every importer returns plain lists of asrflow cuts (see :mod:`asrflow.data.cuts`): one
+``MonoCut`` per utterance, one supervision, the raw transcript, and the manifest fields kept in
+``supervision.custom`` together with ``origin = "<manifest>:<line>"`` so that later errors can
+name the line a user has to fix.
+
+Importers are deliberately lenient about *content* (an empty transcript or a wrong duration is
+imported as declared and reported by :mod:`asrflow.data.validate`), but strict about *structure*:
+a line that is not JSON, lacks a required key, or points at audio that cannot be opened cannot
+become a cut, so all such lines are collected and raised together as one
+:class:`~asrflow.errors.AsrflowError`.
+
+Relative audio paths in a NeMo manifest are resolved against the directory of the manifest
+itself, never against the working directory, so a corpus can be moved as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import soundfile
+from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+from lhotse.audio import AudioSource
+from lhotse.kaldi import load_kaldi_data_dir
+
+from asrflow.data.cuts import ORIGIN, SEGMENT
+from asrflow.errors import AsrflowError
+from asrflow.types import Hz, Pathlike, Seconds
+
+log = logging.getLogger(__name__)
+
+NEMO_REQUIRED = ("audio_filepath", "duration", "text")
+NEMO_RESERVED = ("audio_filepath", "duration", "text", "offset")
+ID_KEYS = ("utt_id", "id", "utterance_id")
+MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What a header read tells about one audio file."""
+
+    sampling_rate: Hz
+    num_samples: int
+    channels: int
+
+    @property
+    def duration(self) -> Seconds:
+        return self.num_samples / self.sampling_rate
+
+
+def read_audio_info(path: Pathlike) -> AudioInfo:
+    """Read an audio header (no decode). Raises ``RuntimeError``/``OSError`` when it cannot."""
+    info = soundfile.info(str(path))
+    return AudioInfo(sampling_rate=int(info.samplerate), num_samples=int(info.frames),
+                     channels=int(info.channels))
+
+
+def read_audio_infos(
+    paths: Iterable[str], threads: int = 16
+) -> dict[str, AudioInfo | Exception]:
+    """Header-read many files in parallel; failures come back as the exception."""
+
+    def one(path: str) -> AudioInfo | Exception:
+        try:
+            return read_audio_info(path)
+        except Exception as exc:  # noqa: BLE001 - reported per file by the caller
+            return exc
+
+    unique = sorted(set(paths))
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        return dict(zip(unique, pool.map(one, unique, chunksize=64)))
+
+
+def _problem(location: str, message: str) -> str:
+    return f"{location}: {message}"
+
+
+def _raise_problems(kind: str, source: Pathlike, problems: list[str], hint: str) -> None:
+    if not problems:
+        return
+    listed = "\n".join(f"  {p}" for p in problems[:MAX_LISTED])
+    more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    raise AsrflowError(
+        f"cannot import {kind} {source}: {len(problems)} bad line(s)\n{listed}{more}\n{hint}"
+    )
+
+
+def _make_cut(
+    *,
+    utt_id: str,
+    audio: str,
+    info: AudioInfo,
+    offset: Seconds,
+    duration: Seconds,
+    text: str,
+    speaker: str | None,
+    custom: dict[str, Any],
+) -> MonoCut:
+    recording = Recording(
+        id=utt_id,
+        sources=[AudioSource(type="file", channels=list(range(info.channels)), source=audio)],
+        sampling_rate=info.sampling_rate,
+        num_samples=info.num_samples,
+        duration=info.duration,
+    )
+    sup = SupervisionSegment(
+        id=utt_id,
+        recording_id=utt_id,
+        start=0.0,
+        duration=duration,
+        channel=0,
+        text=text,
+        speaker=speaker,
+        custom=custom,
+    )
+    return MonoCut(
+        id=utt_id, start=offset, duration=duration, channel=0, recording=recording,
+        supervisions=[sup],
+    )
+
+
+def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
+    """Import a NeMo JSONL manifest (``audio_filepath``, ``duration``, ``text``, ``offset``?).
+
+    The utterance ID is ``utt_id`` (or ``id``/``utterance_id``) when present, else the audio
+    file's stem (plus the offset in ms when the line has one). ``speaker`` becomes the
+    supervision speaker; every other key is kept in ``supervision.custom``.
+
+    >>> cuts = import_nemo("corpus/train.jsonl")  # doctest: +SKIP
+    """
+    manifest = Path(manifest)
+    base = manifest.parent.resolve()
+    problems: list[str] = []
+    rows: list[tuple[int, dict[str, Any], str]] = []
+    with manifest.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{manifest}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(_problem(where, f"not valid JSON ({exc.msg})"))
+                continue
+            if not isinstance(row, dict):
+                problems.append(_problem(where, "a line must be a JSON object"))
+                continue
+            missing = [k for k in NEMO_REQUIRED if k not in row]
+            if missing:
+                problems.append(_problem(where, f"missing key(s) {', '.join(missing)}"))
+                continue
+            try:
+                float(row["duration"])
+                float(row.get("offset", 0.0))
+            except (TypeError, ValueError):
+                problems.append(_problem(where, "duration/offset must be numbers"))
+                continue
+            audio = Path(str(row["audio_filepath"])).expanduser()
+            audio = audio if audio.is_absolute() else base / audio
+            rows.append((lineno, row, str(audio)))
+    _raise_problems("NeMo manifest", manifest, problems,
+                    "Fix these lines (each must be a JSON object with audio_filepath, duration "
+                    "and text) or remove them.")
+
+    infos = read_audio_infos((audio for _, _, audio in rows), threads=threads)
+    cuts: list[MonoCut] = []
+    for lineno, row, audio in rows:
+        info = infos[audio]
+        where = f"{manifest}:{lineno}"
+        if isinstance(info, Exception):
+            reason = "does not exist" if not Path(audio).exists() else f"cannot be opened ({info})"
+            problems.append(_problem(where, f"audio {audio} {reason}"))
+            continue
+        offset = float(row.get("offset", 0.0) or 0.0)
+        utt_id = next((str(row[k]) for k in ID_KEYS if row.get(k) not in (None, "")), None)
+        if utt_id is None:
+            utt_id = Path(audio).stem + (f"-{round(offset * 1000):08d}" if offset else "")
+        custom = {k: v for k, v in row.items() if k not in NEMO_RESERVED and k != "speaker"}
+        custom[ORIGIN] = where
+        if "offset" in row:
+            custom[SEGMENT] = True
+        speaker = row.get("speaker")
+        cuts.append(_make_cut(
+            utt_id=utt_id, audio=audio, info=info, offset=offset,
+            duration=float(row["duration"]), text="" if row["text"] is None else str(row["text"]),
+            speaker=None if speaker is None else str(speaker), custom=custom,
+        ))
+    _raise_problems("NeMo manifest", manifest, problems,
+                    "Audio paths are resolved relative to the manifest's own directory "
+                    f"({base}). Fix the paths or remove the lines.")
+    log.info("imported %d utterances from %s", len(cuts), manifest)
+    return cuts
+
+
+def _line_numbers(path: Path) -> dict[str, int]:
+    """Map the first token of each line of a Kaldi table to its 1-based line number."""
+    lines: dict[str, int] = {}
+    if path.is_file():
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                key = line.split(maxsplit=1)[0] if line.strip() else None
+                if key is not None:
+                    lines.setdefault(key, lineno)
+    return lines
+
+
+def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> list[MonoCut]:
+    """Import a Kaldi data directory (wav.scp, text, segments?, utt2spk?) through Lhotse.
+
+    ``sampling_rate`` is the rate declared for the corpus; the validation rule re-reads every
+    header and reports files whose real rate differs. Pipe commands in wav.scp are not supported
+    (asrflow must be able to hash and header-read every audio file).
+    """
+    data_dir = Path(data_dir)
+    wav_scp = data_dir / "wav.scp"
+    if not wav_scp.is_file():
+        raise AsrflowError(f"cannot import Kaldi data dir {data_dir}: {wav_scp} does not exist")
+    scp_lines = _line_numbers(wav_scp)
+    problems = [
+        _problem(f"{wav_scp}:{lineno}", f"recording {line.split()[0]} is a pipe command, not a file")
+        for lineno, line in enumerate(wav_scp.read_text(encoding="utf-8").splitlines(), start=1)
+        if line.rstrip().endswith("|")
+    ]
+    _raise_problems("Kaldi data dir", data_dir, problems,
+                    "Convert piped audio to files first (e.g. with sox) and list the files.")
+    recordings, supervisions, _ = load_kaldi_data_dir(
+        data_dir, sampling_rate=sampling_rate, num_jobs=1, use_reco2dur=False
+    )
+    dropped = sorted(set(scp_lines) - set(recordings.ids))
+    problems = [
+        _problem(f"{wav_scp}:{scp_lines[rid]}", f"audio of recording {rid} cannot be opened")
+        for rid in dropped
+    ]
+    _raise_problems("Kaldi data dir", data_dir, problems, "Fix the paths in wav.scp.")
+    text_lines = _line_numbers(data_dir / "text")
+    cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
+    if supervisions is not None:
+        cuts = cuts.trim_to_supervisions(keep_overlapping=False)
+    out: list[MonoCut] = []
+    for cut in cuts:
+        sup = cut.supervisions[0] if cut.supervisions else None
+        utt_id = sup.id if sup is not None else cut.recording_id
+        line = text_lines.get(utt_id)
+        where = f"{data_dir / 'text'}:{line}" if line else f"{wav_scp}:{scp_lines.get(utt_id, '?')}"
+        audio = cut.recording.sources[0].source
+        rec = cut.recording
+        info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
+        out.append(_make_cut(
+            utt_id=utt_id, audio=audio, info=info, offset=cut.start, duration=cut.duration,
+            text=(sup.text if sup is not None else "") or "",
+            speaker=sup.speaker if sup is not None else None,
+            custom={ORIGIN: where, SEGMENT: True} if supervisions is not None else {ORIGIN: where},
+        ))
+    log.info("imported %d utterances from %s", len(out), data_dir)
+    return out
+
+
+def import_lhotse(manifest: Pathlike) -> list[MonoCut]:
+    """Import a Lhotse CutSet manifest (``.jsonl`` or ``.jsonl.gz``).
+
+    Cuts with several supervisions are split into one cut per supervision; supervision custom
+    fields are kept and ``origin`` names the manifest line.
+    """
+    manifest = Path(manifest)
+    out: list[MonoCut] = []
+    for lineno, cut in enumerate(CutSet.from_file(manifest), start=1):
+        pieces = cut.trim_to_supervisions(keep_overlapping=False) if len(cut.supervisions) > 1 else [cut]
+        for piece in pieces:
+            sup = piece.supervisions[0] if piece.supervisions else None
+            custom = dict(sup.custom or {}) if sup is not None else {}
+            custom[ORIGIN] = f"{manifest}:{lineno}"
+            rec = piece.recording
+            if piece.start > 0 or piece.duration < rec.duration - 1e-3:
+                custom[SEGMENT] = True
+            audio = rec.sources[0].source
+            info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
+            out.append(_make_cut(
+                utt_id=sup.id if sup is not None else piece.id, audio=audio, info=info,
+                offset=piece.start, duration=piece.duration,
+                text=(sup.text if sup is not None else "") or "",
+                speaker=sup.speaker if sup is not None else None, custom=custom,
+            ))
+    log.info("imported %d utterances from %s", len(out), manifest)
+    return out
+
+
+def import_manifest(
+    fmt: str, path: Pathlike, *, sampling_rate: Hz = 16000, threads: int = 16
+) -> list[MonoCut]:
+    """Import one manifest of format ``fmt`` (``nemo``, ``kaldi`` or ``lhotse``)."""
+    if fmt == "nemo":
+        return import_nemo(path, threads=threads)
+    if fmt == "kaldi":
+        return import_kaldi(path, sampling_rate=sampling_rate, threads=threads)
+    if fmt == "lhotse":
+        return import_lhotse(path)
+    raise AsrflowError(f"unknown manifest format {fmt!r}; use one of nemo, kaldi, lhotse")

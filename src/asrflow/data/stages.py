@@ -1,0 +1,101 @@
+"""One function per data rule: files in, files out. Scripts call exactly one of these.
+
+Each returns the list of audio files it read, so the script adapter can hash them into the
+provenance record (through the persistent hash cache).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from asrflow.data.cuts import load_cuts, save_cuts
+from asrflow.data.filter import FilterConfig, filter_cuts, write_filter_report
+from asrflow.data.importers import import_manifest
+from asrflow.data.split import group_holdout
+from asrflow.data.validate import ValidationConfig, raise_on_errors, validate_splits
+from asrflow.io import write_json, write_text
+from asrflow.text import TextNormalization
+from asrflow.types import Hz, Pathlike
+
+log = logging.getLogger(__name__)
+
+
+def audio_paths(cuts) -> list[str]:
+    """The audio files a set of cuts reads."""
+    return sorted({str(c.recording.sources[0].source) for c in cuts})
+
+
+def import_split(
+    fmt: str, manifest: Pathlike, out: Pathlike, *, sampling_rate: Hz = 16000, threads: int = 4
+) -> list[str]:
+    """Import one manifest into ``out`` (a CutSet ``.jsonl.gz``)."""
+    cuts = import_manifest(fmt, manifest, sampling_rate=sampling_rate, threads=threads)
+    save_cuts(cuts, out)
+    return audio_paths(cuts)
+
+
+def holdout_split(cuts_path: Pathlike, out_dir: Pathlike, holdout: Mapping[str, Any]) -> None:
+    """Split one imported CutSet by group holdout into ``out_dir/<split>.jsonl.gz``."""
+    splits = group_holdout(
+        list(load_cuts(cuts_path)),
+        by=holdout.get("by", "speaker"),
+        fractions=holdout.get("fractions", {"dev": 0.1, "test": 0.1}),
+        seed=holdout.get("seed", 0),
+    )
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for name, cuts in splits.items():
+        save_cuts(cuts, Path(out_dir) / f"{name}.jsonl.gz")
+
+
+def validate_corpus(
+    corpus: str,
+    split_paths: Mapping[str, Pathlike],
+    out_dir: Pathlike,
+    report_json: Pathlike,
+    report_txt: Pathlike,
+    *,
+    validation: Mapping[str, Any],
+    normalization: Mapping[str, Any],
+    threads: int = 4,
+) -> list[str]:
+    """Validate every split together; write the report, then (only if it passed) the cuts.
+
+    On errors the readable report is logged and :class:`~asrflow.errors.ValidationFailed`
+    stops the workflow, naming each bad manifest line.
+    """
+    splits = {name: list(load_cuts(path)) for name, path in split_paths.items()}
+    config = ValidationConfig.from_dict({**validation, "threads": threads})
+    report = validate_splits(corpus, splits, config, TextNormalization.from_dict(normalization))
+    text = report.to_text()
+    log.info("\n%s", text)
+    raise_on_errors(report)
+    write_json(report_json, report.to_dict())
+    write_text(report_txt, text)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    for name, cuts in splits.items():
+        save_cuts(cuts, Path(out_dir) / f"{name}.jsonl.gz")
+    return audio_paths(c for cuts in splits.values() for c in cuts)
+
+
+def filter_split(
+    cuts_path: Pathlike,
+    out: Pathlike,
+    report_json: Pathlike,
+    report_txt: Pathlike,
+    *,
+    filter: Mapping[str, Any],
+    slice_fields: list[str],
+    normalization: Mapping[str, Any],
+) -> None:
+    """Apply duration and characters-per-second limits; report every removal."""
+    kept, report = filter_cuts(
+        load_cuts(cuts_path),
+        FilterConfig(**filter),
+        TextNormalization.from_dict(normalization),
+        slice_fields=slice_fields,
+    )
+    save_cuts(kept, out)
+    write_filter_report(report, report_json, report_txt)

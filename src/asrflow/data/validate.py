@@ -1,0 +1,382 @@
+"""Manifest validation: the gate every corpus passes before anything trains on it.
+
+A wrong manifest does not crash, it trains a worse model; so each check below is a named
+function that returns :class:`Issue` records naming the manifest line, the item and what to do.
+Errors stop the workflow (:class:`~asrflow.errors.ValidationFailed`); warnings are listed in
+the report. Lhotse's own per-cut checks (:func:`lhotse.qa.validate`) run first.
+
+Checks (``code`` in the report):
+
+errors
+    ``lhotse_invalid``       Lhotse's structural checks on the cut failed.
+    ``audio_unreadable``     the audio file is missing or its header (or, with
+                             ``full_decode``, its samples) cannot be read.
+    ``sampling_rate``        the header's sampling rate differs from the manifest's.
+    ``empty_text``           the transcript is empty or whitespace only.
+    ``duration_mismatch``    a whole-file utterance's declared duration differs from the audio's
+                             by more than ``duration_tolerance`` seconds.
+    ``segment_outside``      offset + duration lies beyond the end of the audio.
+    ``duplicate_id``         the utterance ID occurs twice (in one split or across splits).
+    ``audio_in_two_splits``  the same audio file is used by two splits.
+    ``group_in_two_splits``  a speaker/session (``group_fields``) occurs in two splits and the
+                             field is not listed in ``allow_group_overlap``.
+warnings
+    ``mixed_case``           some transcripts are upper case, others lower case.
+    ``digits_and_words``     numbers are written as digits in some transcripts and as words in
+                             others.
+    ``unseen_characters``    characters in dev/test that never occur in train.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field as dc_field
+from pathlib import Path
+from typing import Any
+
+import soundfile
+from lhotse.cut import Cut
+from lhotse.qa import validate as lhotse_validate
+
+from asrflow.data.cuts import SEGMENT, field, origin, text
+from asrflow.data.importers import AudioInfo, read_audio_infos
+from asrflow.errors import ValidationFailed
+from asrflow.text import TextNormalization, normalize
+from asrflow.types import Seconds
+
+log = logging.getLogger(__name__)
+
+Splits = Mapping[str, Sequence[Cut]]
+TRAIN = "train"
+NUMBER_WORDS = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
+    "eighty ninety hundred thousand million".split()
+)
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Settings of the validation rule (``corpora.<name>.validation`` in the config)."""
+
+    duration_tolerance: Seconds = 0.05
+    full_decode: bool = False
+    group_fields: tuple[str, ...] = ("speaker", "session")
+    allow_group_overlap: tuple[str, ...] = ()
+    threads: int = 16
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ValidationConfig:
+        d = dict(d)
+        for key in ("group_fields", "allow_group_overlap"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One finding: ``where`` is ``"<manifest>:<line>"`` (or a split name for split-wide ones)."""
+
+    severity: str  # "error" | "warning"
+    code: str
+    split: str
+    where: str
+    item: str
+    message: str
+    hint: str
+
+    def format(self) -> str:
+        return f"{self.where} [{self.split}] {self.item}: {self.message} -> {self.hint}"
+
+
+@dataclass
+class Report:
+    """The validation report artifact (written as JSON and as readable text)."""
+
+    corpus: str
+    splits: dict[str, dict[str, Any]]
+    errors: list[Issue] = dc_field(default_factory=list)
+    warnings: list[Issue] = dc_field(default_factory=list)
+    checks: list[str] = dc_field(default_factory=list)
+    config: dict[str, Any] = dc_field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "corpus": self.corpus,
+            "ok": self.ok,
+            "num_errors": len(self.errors),
+            "num_warnings": len(self.warnings),
+            "errors_by_code": dict(Counter(i.code for i in self.errors)),
+            "warnings_by_code": dict(Counter(i.code for i in self.warnings)),
+            "splits": self.splits,
+            "checks": self.checks,
+            "config": self.config,
+            "errors": [asdict(i) for i in self.errors],
+            "warnings": [asdict(i) for i in self.warnings],
+        }
+
+    def to_text(self, limit: int = 50) -> str:
+        lines = [f"Validation of corpus {self.corpus!r}: "
+                 f"{'PASSED' if self.ok else 'FAILED'} with {len(self.errors)} error(s), "
+                 f"{len(self.warnings)} warning(s)", ""]
+        for name, stats in self.splits.items():
+            rates = ", ".join(f"{sr} Hz: {n}" for sr, n in stats["sampling_rates"].items())
+            lines.append(f"  {name:>8}: {stats['utterances']} utterances, "
+                         f"{stats['hours']:.3f} h, {stats['speakers']} speakers ({rates})")
+        for title, issues in (("Errors", self.errors), ("Warnings", self.warnings)):
+            if issues:
+                lines += ["", f"{title}:"]
+                lines += [f"  {i.format()}" for i in issues[:limit]]
+                if len(issues) > limit:
+                    lines.append(f"  ... and {len(issues) - limit} more (see the JSON report)")
+        lines += ["", "Checks run: " + ", ".join(self.checks), ""]
+        return "\n".join(lines)
+
+
+def _issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
+    return Issue(severity, code, split, origin(cut), f"utterance {cut.id}", message, hint)
+
+
+def _audio_path(cut: Cut) -> str:
+    return str(cut.recording.sources[0].source)
+
+
+def _read_infos(splits: Splits, config: ValidationConfig) -> dict[str, AudioInfo | Exception]:
+    paths = {_audio_path(c) for cuts in splits.values() for c in cuts}
+    infos = read_audio_infos(paths, threads=config.threads)
+    if config.full_decode:
+        def decode(path: str) -> AudioInfo | Exception:
+            info = infos[path]
+            if isinstance(info, Exception):
+                return info
+            try:
+                n = len(soundfile.read(path, dtype="int16", always_2d=True)[0])
+            except Exception as exc:  # noqa: BLE001 - reported per file
+                return exc
+            if n != info.num_samples:
+                return RuntimeError(f"decoded {n} samples, header says {info.num_samples}")
+            return info
+
+        with ThreadPoolExecutor(max_workers=max(1, config.threads)) as pool:
+            infos = dict(zip(infos, pool.map(decode, infos)))
+    return infos
+
+
+def check_lhotse(splits: Splits, **_: Any) -> Iterable[Issue]:
+    """Lhotse's structural per-cut checks (positive duration, supervision bounds, ...)."""
+    for split, cuts in splits.items():
+        for cut in cuts:
+            try:
+                lhotse_validate(cut)
+            except AssertionError as exc:
+                yield _issue("error", "lhotse_invalid", split, cut, str(exc),
+                             "fix the manifest line (duration, offset or IDs)")
+
+
+def check_audio(
+    splits: Splits, infos: Mapping[str, AudioInfo | Exception], config: ValidationConfig,
+    **_: Any,
+) -> Iterable[Issue]:
+    """Audio opens, sampling rate as declared, duration matches, segment inside the file."""
+    tol = config.duration_tolerance
+    for split, cuts in splits.items():
+        for cut in cuts:
+            path = _audio_path(cut)
+            info = infos[path]
+            if isinstance(info, Exception):
+                what = "does not exist" if not Path(path).exists() else f"cannot be read: {info}"
+                yield _issue("error", "audio_unreadable", split, cut, f"audio {path} {what}",
+                             "fix the path or the file, or remove the line")
+                continue
+            if info.sampling_rate != cut.sampling_rate:
+                yield _issue("error", "sampling_rate", split, cut,
+                             f"audio is {info.sampling_rate} Hz but the manifest says "
+                             f"{cut.sampling_rate} Hz", "re-import the corpus")
+            actual = info.duration
+            if not field(cut, SEGMENT):
+                if abs(cut.duration - actual) > tol:
+                    yield _issue("error", "duration_mismatch", split, cut,
+                                 f"declared duration {cut.duration:.3f} s but the audio lasts "
+                                 f"{actual:.3f} s (tolerance {tol} s)",
+                                 "correct the duration (or give an offset for a segment)")
+            elif cut.start + cut.duration > actual + tol:
+                yield _issue("error", "segment_outside", split, cut,
+                             f"offset {cut.start:.3f} s + duration {cut.duration:.3f} s = "
+                             f"{cut.start + cut.duration:.3f} s lies beyond the end of the audio "
+                             f"({actual:.3f} s)", "correct offset/duration or the audio path")
+
+
+def check_text(splits: Splits, **_: Any) -> Iterable[Issue]:
+    """No empty or whitespace-only transcript."""
+    for split, cuts in splits.items():
+        for cut in cuts:
+            if not text(cut).strip():
+                yield _issue("error", "empty_text", split, cut, "empty transcript",
+                             "write the transcript or remove the line")
+
+
+def check_unique_ids(splits: Splits, **_: Any) -> Iterable[Issue]:
+    """Every utterance ID is unique over all splits."""
+    seen: dict[str, tuple[str, str]] = {}
+    for split, cuts in splits.items():
+        for cut in cuts:
+            if cut.id in seen:
+                first_split, first_where = seen[cut.id]
+                yield _issue("error", "duplicate_id", split, cut,
+                             f"ID already used at {first_where} [{first_split}]",
+                             "give every utterance a unique ID (utt_id) or remove the duplicate")
+            else:
+                seen[cut.id] = (split, origin(cut))
+
+
+def check_audio_leakage(splits: Splits, **_: Any) -> Iterable[Issue]:
+    """No audio file is used by two splits."""
+    owner: dict[str, tuple[str, str]] = {}
+    for split, cuts in splits.items():
+        for cut in cuts:
+            path = str(Path(_audio_path(cut)).resolve())
+            first = owner.setdefault(path, (split, origin(cut)))
+            if first[0] != split:
+                yield _issue("error", "audio_in_two_splits", split, cut,
+                             f"audio {path} is also used in split {first[0]} ({first[1]})",
+                             "keep each recording in one split only")
+
+
+def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> Iterable[Issue]:
+    """No speaker/session (``group_fields``) spans two splits unless explicitly allowed."""
+    for name in config.group_fields:
+        if name in config.allow_group_overlap:
+            continue
+        where: dict[str, dict[str, Cut]] = defaultdict(dict)
+        for split, cuts in splits.items():
+            for cut in cuts:
+                value = field(cut, name)
+                if value not in (None, ""):
+                    where[str(value)].setdefault(split, cut)
+        for value, by_split in sorted(where.items()):
+            if len(by_split) > 1:
+                names = sorted(by_split)
+                cut = by_split[names[-1]]
+                places = "; ".join(f"{s}: {origin(c)}" for s, c in sorted(by_split.items()))
+                yield Issue("error", "group_in_two_splits", names[-1], origin(cut),
+                            f"{name} {value}",
+                            f"{name} {value!r} occurs in splits {', '.join(names)} ({places})",
+                            f"move all of this {name}'s utterances into one split, or list "
+                            f"{name!r} in validation.allow_group_overlap if that is intended")
+
+
+def _convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
+    return Issue("warning", code, split, split, "transcripts", message, hint)
+
+
+def check_conventions(
+    splits: Splits, normalization: TextNormalization, **_: Any
+) -> Iterable[Issue]:
+    """Transcript-convention warnings: mixed case, digits vs number words, unseen characters."""
+    upper, lower, digits, words = [], [], [], []
+    for cuts in splits.values():
+        for cut in cuts:
+            t = text(cut)
+            letters = [ch for ch in t if ch.isalpha()]
+            if len(letters) >= 2 and all(ch.isupper() for ch in letters):
+                upper.append(origin(cut))
+            elif any(ch.islower() for ch in letters):
+                lower.append(origin(cut))
+            if re.search(r"\d", t):
+                digits.append(origin(cut))
+            if NUMBER_WORDS.intersection(re.findall(r"[a-z]+", t.lower())):
+                words.append(origin(cut))
+    if upper and lower:
+        yield _convention_issue(
+            "mixed_case", "all",
+            f"{len(upper)} transcript(s) are all upper case (e.g. {', '.join(upper[:EXAMPLES])}) "
+            f"and {len(lower)} are not", "use one casing convention (scoring ignores case, but "
+            "an unnormalized model learns two spellings)")
+    if digits and words:
+        yield _convention_issue(
+            "digits_and_words", "all",
+            f"{len(digits)} transcript(s) write numbers as digits (e.g. "
+            f"{', '.join(digits[:EXAMPLES])}) and {len(words)} as words",
+            "write numbers one way (usually words) in every split")
+    if TRAIN not in splits:
+        return
+    train_chars = {ch for c in splits[TRAIN] for ch in normalize(text(c), normalization)}
+    for split, cuts in splits.items():
+        if split == TRAIN:
+            continue
+        unseen: dict[str, list[str]] = defaultdict(list)
+        for cut in cuts:
+            for ch in set(normalize(text(cut), normalization)) - train_chars:
+                unseen[ch].append(origin(cut))
+        if unseen:
+            chars = " ".join(repr(ch) for ch in sorted(unseen))
+            example = next(iter(unseen.values()))[:EXAMPLES]
+            yield _convention_issue(
+                "unseen_characters", split,
+                f"characters {chars} occur in {split} but never in train (e.g. "
+                f"{', '.join(example)})", "the model cannot emit them; normalize them away or "
+                "add training data that has them")
+
+
+CHECKS: tuple[Callable[..., Iterable[Issue]], ...] = (
+    check_lhotse, check_audio, check_text, check_unique_ids, check_audio_leakage,
+    check_group_leakage, check_conventions,
+)
+
+
+def _split_stats(cuts: Sequence[Cut], infos: Mapping[str, AudioInfo | Exception]) -> dict:
+    rates = Counter(
+        info.sampling_rate for c in cuts
+        if not isinstance(info := infos[_audio_path(c)], Exception)
+    )
+    return {
+        "utterances": len(cuts),
+        "hours": round(sum(c.duration for c in cuts) / 3600, 6),
+        "speakers": len({field(c, "speaker") for c in cuts} - {None}),
+        "sampling_rates": {str(k): v for k, v in sorted(rates.items())},
+    }
+
+
+def validate_splits(
+    corpus: str,
+    splits: Splits,
+    config: ValidationConfig = ValidationConfig(),
+    normalization: TextNormalization = TextNormalization(),
+) -> Report:
+    """Run every check over all splits of a corpus and return the report (never raises)."""
+    infos = _read_infos(splits, config)
+    report = Report(
+        corpus=corpus,
+        splits={name: _split_stats(cuts, infos) for name, cuts in splits.items()},
+        checks=[check.__name__ for check in CHECKS],
+        config={**asdict(config), "normalization": normalization.to_dict()},
+    )
+    for check in CHECKS:
+        for issue in check(splits=splits, infos=infos, config=config, normalization=normalization):
+            (report.errors if issue.severity == "error" else report.warnings).append(issue)
+    log.info("validated %s: %d errors, %d warnings", corpus, len(report.errors),
+             len(report.warnings))
+    return report
+
+
+def raise_on_errors(report: Report, limit: int = 20) -> None:
+    """Stop the workflow with a message naming each bad line, when the report has errors."""
+    if report.ok:
+        return
+    shown = "\n".join(f"  {i.format()}" for i in report.errors[:limit])
+    more = (f"\n  ... and {len(report.errors) - limit} more"
+            if len(report.errors) > limit else "")
+    raise ValidationFailed(
+        f"corpus {report.corpus!r} failed validation with {len(report.errors)} error(s):\n"
+        f"{shown}{more}\nFix the manifest lines named above (or the config) and rerun."
+    )

@@ -1,0 +1,491 @@
+"""Provenance records: what a workflow step read, wrote, ran and with which settings.
+
+A record is a JSON file (conventionally ``<output>.prov.json`` beside the step's outputs) with
+the SHA-256 of every input, output and extra input (e.g. the audio files a manifest refers to),
+the step's parameters, the code version and the installed package versions. :func:`verify`
+re-reads the files and reports every difference; records also carry a digest of themselves, so
+an edited record is caught too.
+
+Record layout (``schema`` ``asrflow.provenance/1``)::
+
+    {"schema", "rule", "record_path", "record_sha256",
+     "inputs": {name: {path: sha256}}, "outputs": {...}, "extra_inputs": {...},
+     "directories": [paths hashed as trees with hashing.sha256_tree],
+     "params", "code": {"git": {"commit", "dirty"}, "script": {"path", "sha256"} | null,
+     "library_sha256"}, "packages", "host": {"hostname", "platform"}, "started", "finished"}
+
+Paths are stored as given (relative to the workflow directory). At verification they are
+resolved against the directory that holds ``record_path`` (so a moved workflow still verifies),
+falling back to the current directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from functools import lru_cache
+from pathlib import Path, PurePath
+from typing import Any
+
+from asrflow.hashing import HashCache, combine_tree, sha256_file, sha256_tree, tree_files
+from asrflow.io import dumps_json, write_json
+from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "asrflow.provenance/1"
+RECORD_SUFFIX = ".prov.json"
+SECTIONS = ("inputs", "outputs", "extra_inputs")
+PACKAGES = (
+    "torch", "espnet", "lightning", "lhotse", "sentencepiece", "jiwer",
+    "pandas", "numpy", "snakemake", "soundfile",
+)  # fmt: skip
+IGNORED_UNTRACKED = frozenset({"results", "logs", ".snakemake"})
+
+
+# -- code and environment -----------------------------------------------------------------------
+def _git(repo_dir: Pathlike, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", *args], cwd=repo_dir, capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def code_version(repo_dir: Pathlike = ".") -> dict[str, Any]:
+    """``{"commit", "dirty"}`` of the git checkout holding ``repo_dir`` (both null if none).
+
+    Untracked files under ``results/``, ``logs/`` or ``.snakemake/`` do not make it dirty.
+    """
+    commit = _git(repo_dir, "rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = _git(repo_dir, "status", "--porcelain=v1", "--untracked-files=normal") or ""
+    dirty = False
+    for line in status.splitlines():
+        if line.startswith("?? "):
+            parts = PurePath(line[3:].strip('"')).parts
+            if IGNORED_UNTRACKED.intersection(parts):
+                continue
+        if line.strip():
+            dirty = True
+            break
+    return {"commit": commit.strip(), "dirty": dirty}
+
+
+@lru_cache(maxsize=1)
+def library_sha256() -> str:
+    """Digest of the installed ``asrflow`` package's ``*.py`` files (paths and contents)."""
+    import asrflow
+
+    root = Path(asrflow.__file__).parent
+    files = [(r, p) for r, p in tree_files(root) if r.endswith(".py")]
+    return combine_tree((r, sha256_file(p)) for r, p in files)
+
+
+@lru_cache(maxsize=1)
+def _package_versions() -> tuple[tuple[str, str | None], ...]:
+    found: list[tuple[str, str | None]] = [("python", platform.python_version())]
+    for name in PACKAGES:
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            found.append((name, None))
+    return tuple(found)
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of Python and the key packages (``None`` when not installed); cached."""
+    return dict(_package_versions())
+
+
+# -- records --------------------------------------------------------------------------------------
+def to_jsonable(obj: Any) -> Any:
+    """Convert params (Snakemake Namedlists, dicts, Paths, numpy scalars, ...) to plain JSON."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, (datetime, date)):
+        return obj.isoformat()
+    if hasattr(obj, "_allitems") and hasattr(obj, "_names"):  # snakemake Namedlist
+        if not obj._names:
+            return [to_jsonable(x) for x in obj]
+        out: dict[str, Any] = {}
+        unnamed = []
+        for name, value in obj._allitems():
+            if name is None:
+                unnamed.append(to_jsonable(value))
+            else:
+                out[str(name)] = to_jsonable(value)
+        if unnamed:
+            out["_unnamed"] = unnamed
+        return out
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted((to_jsonable(x) for x in obj), key=repr)
+    if hasattr(obj, "item") and hasattr(obj, "dtype") and getattr(obj, "ndim", 0) == 0:
+        return to_jsonable(obj.item())  # numpy scalar
+    if hasattr(obj, "tolist"):
+        return to_jsonable(obj.tolist())
+    if callable(obj):
+        return f"<callable {getattr(obj, '__qualname__', type(obj).__name__)}>"
+    return repr(obj)
+
+
+def _display_path(path: Pathlike) -> str:
+    """``path`` relative to the cwd when it lies below it, else as an absolute path."""
+    p = Path(path).absolute()
+    try:
+        return p.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def build_record(
+    *,
+    rule: str,
+    inputs: Mapping[str, list[str]],
+    outputs: Mapping[str, list[str]],
+    params: Any,
+    script: Pathlike | None,
+    started: datetime,
+    finished: datetime,
+    extra_inputs: Mapping[str, list[str]] | None = None,
+    hash_cache: HashCache | None,
+    repo_dir: Pathlike | None = None,
+) -> dict[str, Any]:
+    """Hash every input, output and extra input and assemble a provenance record.
+
+    Directories are hashed as trees and listed under ``directories``. ``repo_dir`` (for the git
+    version) defaults to the script's directory, else the current directory. Raises
+    ``FileNotFoundError`` naming any path that does not exist.
+    """
+    sections = {"inputs": inputs, "outputs": outputs, "extra_inputs": extra_inputs or {}}
+    listed = {
+        sec: {str(name): [str(p) for p in paths] for name, paths in m.items()}
+        for sec, m in sections.items()
+    }
+    every = list(dict.fromkeys(p for m in listed.values() for ps in m.values() for p in ps))
+    missing = [p for p in every if not os.path.exists(p)]
+    if missing:
+        more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
+        raise FileNotFoundError(
+            f"rule {rule}: cannot record provenance, missing: {missing[:10]}{more}"
+        )
+    if hash_cache is not None:
+        digests = hash_cache.sha256_many(every)
+    else:
+        digests = {p: _fresh_digest(Path(p), os.path.isdir(p)) or "" for p in every}
+    record: dict[str, Any] = {"schema": SCHEMA, "rule": rule}
+    for sec, m in listed.items():
+        record[sec] = {name: {p: digests[p] for p in ps} for name, ps in m.items()}
+    record["directories"] = sorted(p for p in every if os.path.isdir(p))
+    record["params"] = to_jsonable(params)
+    script_info = None
+    if script is not None and Path(script).is_file():
+        script_info = {"path": _display_path(script), "sha256": sha256_file(script)}
+    if repo_dir is None:
+        repo_dir = Path(script).parent if script_info else Path.cwd()
+    record["code"] = {
+        "git": code_version(repo_dir),
+        "script": script_info,
+        "library_sha256": library_sha256(),
+    }
+    record["packages"] = package_versions()
+    record["host"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
+    record["started"] = started.isoformat()
+    record["finished"] = finished.isoformat()
+    return record
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """SHA-256 of a record's stable JSON form, without its ``record_sha256`` field."""
+    body = {k: v for k, v in record.items() if k != "record_sha256"}
+    return hashlib.sha256(dumps_json(body).encode("utf-8")).hexdigest()
+
+
+def write_record(path: Pathlike, record: Mapping[str, Any]) -> None:
+    """Atomically write ``record`` to ``path``, adding ``record_path`` and its self-digest."""
+    full = {k: v for k, v in record.items() if k != "record_sha256"}
+    full.setdefault("record_path", Path(path).as_posix())
+    full["record_sha256"] = record_digest(full)
+    write_json(path, full)
+    log.info("provenance record written: %s", path)
+
+
+# -- verification ---------------------------------------------------------------------------------
+MODIFIED_OUTPUT = "modified output"
+MISSING_OUTPUT = "missing output"
+CHANGED_INPUT = "input changed since the record was made"
+MISSING_INPUT = "missing input"
+INVALID_RECORD = "invalid record"
+RECORD_MODIFIED = "record modified"
+NO_RECORD = "no record"
+NOT_FOUND = "path not found"
+
+
+class InvalidRecord(ValueError):
+    """A file that should be a provenance record is not valid JSON or has the wrong layout."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One problem found by :func:`verify`: which file, which record, what differs."""
+
+    kind: str
+    path: str
+    record: str | None
+    expected: str | None = None
+    actual: str | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.kind}"
+        if self.detail:
+            text += f" ({self.detail})"
+        if self.expected is not None or self.actual is not None:
+            text += f"; expected {self.expected or '-'}, actual {self.actual or '-'}"
+        if self.record is not None:
+            text += f" [record {self.record}]"
+        return text
+
+
+@dataclass
+class VerifyReport:
+    """Result of :func:`verify_report`."""
+
+    mismatches: list[Mismatch] = field(default_factory=list)
+    records_checked: int = 0
+    files_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+@dataclass
+class _Entry:
+    section: str
+    name: str
+    listed: str
+    resolved: Path
+    expected: str
+    as_dir: bool
+
+
+@dataclass
+class _Loaded:
+    path: Path
+    shown: str
+    rule: str = "?"
+    problems: list[Mismatch] = field(default_factory=list)
+    entries: list[_Entry] = field(default_factory=list)
+    valid: bool = False
+
+
+def _fresh_digest(path: Path, as_dir: bool) -> str | None:
+    """Digest read from disk now, never from a cache; None if missing; a marker on type change."""
+    if as_dir:
+        if path.is_dir():
+            return sha256_tree(path)
+        return "<not a directory>" if path.exists() else None
+    if path.is_file():
+        return sha256_file(path)
+    return "<not a regular file>" if path.exists() else None
+
+
+def _check_layout(record: Any) -> None:
+    if not isinstance(record, dict):
+        raise InvalidRecord("top level is not a JSON object")
+    if record.get("schema") != SCHEMA:
+        raise InvalidRecord(f"schema is {record.get('schema')!r}, expected {SCHEMA!r}")
+    for sec in SECTIONS:
+        m = record.get(sec)
+        ok = isinstance(m, dict) and all(isinstance(v, dict) for v in m.values())
+        if not ok or not all(isinstance(d, str) for v in m.values() for d in v.values()):
+            raise InvalidRecord(f"'{sec}' is not a mapping of name -> {{path: sha256}}")
+    dirs = record.get("directories", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise InvalidRecord("'directories' is not a list of paths")
+    if not isinstance(record.get("record_sha256"), str):
+        raise InvalidRecord("'record_sha256' (the record's own digest) is missing")
+
+
+def read_record(path: Pathlike, text: str | None = None) -> dict[str, Any]:
+    """Parse and check the layout of a record (not its self-digest); raises ``InvalidRecord``."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidRecord(f"not valid JSON: {e}") from e
+    _check_layout(record)
+    return record
+
+
+def _record_base(record_file: Path, record: Mapping[str, Any]) -> Path:
+    """Directory the record's relative paths are relative to (see module docstring)."""
+    rp = record.get("record_path")
+    absf = Path(os.path.normpath(record_file.absolute()))
+    if isinstance(rp, str) and rp and not os.path.isabs(rp):
+        parts = PurePath(os.path.normpath(rp)).parts
+        if (
+            ".." not in parts
+            and len(parts) < len(absf.parts)
+            and absf.parts[-len(parts) :] == parts
+        ):
+            return Path(*absf.parts[: -len(parts)])
+    return Path.cwd()
+
+
+def _load(path: Path) -> _Loaded:
+    """Read a record and check its layout, self-digest and canonical form."""
+    shown = _display_path(path)
+    loaded = _Loaded(path=path, shown=shown)
+    try:
+        text = path.read_text(encoding="utf-8")
+        record = read_record(path, text)
+    except (OSError, InvalidRecord, UnicodeDecodeError) as e:
+        loaded.problems.append(Mismatch(INVALID_RECORD, shown, shown, detail=str(e)))
+        return loaded
+    loaded.valid = True
+    loaded.rule = str(record.get("rule", "?"))
+    actual = record_digest(record)
+    if actual != record["record_sha256"]:
+        loaded.problems.append(
+            Mismatch(RECORD_MODIFIED, shown, shown, record["record_sha256"], actual,
+                     "its content does not match its own digest")
+        )  # fmt: skip
+    elif dumps_json(record) != text:
+        loaded.problems.append(
+            Mismatch(RECORD_MODIFIED, shown, shown, detail="its bytes are not as written")
+        )
+    base = _record_base(path, record)
+    dirs = set(record.get("directories", []))
+    for sec in SECTIONS:
+        for name, files in record[sec].items():
+            for listed, digest in files.items():
+                resolved = Path(os.path.normpath(base / listed))
+                loaded.entries.append(_Entry(sec, name, listed, resolved, digest, listed in dirs))
+    return loaded
+
+
+def _lists(loaded: _Loaded, file: Path) -> bool:
+    """Whether the record lists ``file`` (itself, or inside a directory it lists)."""
+    real = os.path.realpath(file)
+    for e in loaded.entries:
+        er = os.path.realpath(e.resolved)
+        if er == real or (e.as_dir and real.startswith(er.rstrip(os.sep) + os.sep)):
+            return True
+    return False
+
+
+def _is_record_name(name: str) -> bool:
+    return name.endswith(RECORD_SUFFIX) and not name.startswith(".")
+
+
+def _walk_records(directory: Path) -> list[Path]:
+    """Every record below ``directory``; hidden files/dirs (temp files, .snakemake) skipped."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found += [Path(dirpath) / f for f in sorted(filenames) if _is_record_name(f)]
+    return found
+
+
+def _candidate_records(file: Path) -> list[Path]:
+    """Records in ``file``'s directory and its parents, up to the cwd (or the root)."""
+    here = Path(os.path.normpath(file.absolute())).parent
+    cwd = Path.cwd()
+    found = []
+    for d in [here, *here.parents]:
+        found += sorted(
+            p for p in d.glob("*" + RECORD_SUFFIX) if _is_record_name(p.name) and p.is_file()
+        )
+        if d == cwd:
+            break
+    return found
+
+
+def _select(p: Path, load: Callable[[Path], _Loaded]) -> tuple[list[Path], Mismatch | None]:
+    """The records to check for one command-line path, or why there are none."""
+    shown = _display_path(p)
+    if p.is_file() and p.name.endswith(RECORD_SUFFIX):
+        return [p], None
+    if p.is_dir():
+        recs = _walk_records(p)
+        why = f"no *{RECORD_SUFFIX} below it"
+    elif p.exists():
+        recs = [r for r in _candidate_records(p) if not (L := load(r)).valid or _lists(L, p)]
+        why = "no record in its directory or the ones above lists it"
+    else:
+        return [], Mismatch(NOT_FOUND, shown, None)
+    return recs, None if recs else Mismatch(NO_RECORD, shown, None, detail=why)
+
+
+def verify_report(paths: list[Pathlike], threads: int = 8) -> VerifyReport:
+    """Check the records for ``paths`` by re-reading every file they list (no cache)."""
+    report = VerifyReport()
+    loaded: dict[Path, _Loaded] = {}
+
+    def load(rec: Path) -> _Loaded:
+        key = Path(os.path.normpath(rec.absolute()))
+        if key not in loaded:
+            loaded[key] = _load(rec)
+        return loaded[key]
+
+    selected: dict[int, _Loaded] = {}
+    for arg in paths:
+        recs, problem = _select(Path(arg), load)
+        report.mismatches += [problem] if problem else []
+        selected.update((id(L), L) for L in map(load, recs))
+
+    records = list(selected.values())
+    targets = list(dict.fromkeys((e.resolved, e.as_dir) for L in records for e in L.entries))
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        fresh = dict(zip(targets, pool.map(lambda t: _fresh_digest(*t), targets), strict=True))
+    report.records_checked = len(records)
+    report.files_checked = len(targets)
+
+    what = {"inputs": "input", "outputs": "output", "extra_inputs": "extra input"}
+    for L in records:
+        report.mismatches += L.problems
+        for e in L.entries:
+            actual = fresh[(e.resolved, e.as_dir)]
+            if actual == e.expected:
+                continue
+            out = e.section == "outputs"
+            if actual is None:
+                kind = MISSING_OUTPUT if out else MISSING_INPUT
+            else:
+                kind = MODIFIED_OUTPUT if out else CHANGED_INPUT
+            detail = f"rule {L.rule}, {what[e.section]} '{e.name}'"
+            shown = _display_path(e.resolved)
+            report.mismatches.append(Mismatch(kind, shown, L.shown, e.expected, actual, detail))
+    return report
+
+
+def verify(paths: list[Pathlike], threads: int = 8) -> list[Mismatch]:
+    """Every mismatch between the records for ``paths`` and the files on disk (see module doc).
+
+    ``paths`` may be records (``*.prov.json``), directories (all records below them) or other
+    files (the records in their directory or a parent directory that list them).
+    """
+    return verify_report(paths, threads=threads).mismatches

@@ -1,0 +1,222 @@
+"""Adapter between Snakemake ``script:`` rules and the asrflow library.
+
+Every ``scripts/*.py`` is a few lines::
+
+    from asrflow.workflow import step
+
+    with step(snakemake) as s:            # logs to snakemake.log[0] and stderr
+        cuts = import_corpus(snakemake.input.manifest, **snakemake.params.importer)
+        s.add_extra_inputs("audio", [c.recording.path for c in cuts])   # optional
+
+On normal exit, if the rule declares an output named ``record``, a provenance record
+(:mod:`asrflow.provenance`) is written there, with the digests of every other output, every input
+and the extra inputs. On an exception the error is logged (a user error, :class:`AsrflowError`,
+as its message only; anything else with its traceback) and re-raised, so the job fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from asrflow.errors import AsrflowError
+from asrflow.hashing import HashCache
+from asrflow.provenance import build_record, write_record
+from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
+
+RECORD_OUTPUT = "record"
+"""Name of the rule output that receives the provenance record."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def files_by_name(files: Any) -> dict[str, list[str]]:
+    """``{name: [paths]}`` from a Snakemake Namedlist (unnamed items under ``_unnamed``).
+
+    Also accepts a plain mapping, a list of paths or a single path.
+    """
+    if files is None:
+        return {}
+    if hasattr(files, "_allitems"):
+        pairs: Iterable[tuple[str | None, Any]] = files._allitems()
+    elif isinstance(files, Mapping):
+        pairs = files.items()
+    elif isinstance(files, (str, Path)):
+        pairs = [(None, files)]
+    else:
+        pairs = [(None, f) for f in files]
+    out: dict[str, list[str]] = {}
+    for name, value in pairs:
+        paths = [str(value)] if isinstance(value, (str, Path)) else [str(v) for v in value]
+        out.setdefault(name if name is not None else "_unnamed", []).extend(paths)
+    return out
+
+
+def _named(files: Any, name: str) -> str | None:
+    """The path of the item called ``name`` in a Namedlist or mapping, if any."""
+    if files is None:
+        return None
+    value = files.get(name) if hasattr(files, "get") else getattr(files, name, None)
+    return str(value) if isinstance(value, (str, Path)) else None
+
+
+def _caller_script(frame_globals: Mapping[str, Any]) -> Path | None:
+    """The script that called :func:`step`.
+
+    Snakemake runs a temporary copy of the script but sets ``__file__`` to the original path,
+    so the caller's ``__file__`` is the best source; ``sys.argv[0]`` is the fallback.
+    """
+    for candidate in (frame_globals.get("__file__"), sys.argv[0] if sys.argv else None):
+        if candidate and str(candidate).endswith(".py") and Path(candidate).is_file():
+            if ".snakemake/scripts" not in Path(candidate).as_posix():
+                return Path(candidate)
+    return None
+
+
+class Step:
+    """Context manager for one job; see the module docstring. Use :func:`step` to create."""
+
+    def __init__(
+        self,
+        snakemake: Any,
+        *,
+        script: Pathlike | None = None,
+        hash_cache: HashCache | None = None,
+        level: int = logging.INFO,
+    ) -> None:
+        self.snakemake = snakemake
+        self.rule = str(getattr(snakemake, "rule", None) or "unknown")
+        self.script = Path(script) if script is not None else None
+        self.hash_cache = hash_cache
+        self.level = level
+        self.extra_inputs: dict[str, list[str]] = {}
+        self.started: datetime | None = None
+        self._handlers: list[logging.Handler] = []
+        self._old_level = logging.NOTSET
+        self._captured_warnings = False
+
+    def add_extra_inputs(self, name: str, paths: Iterable[Pathlike]) -> None:
+        """Record ``paths`` (e.g. audio a manifest refers to) as inputs called ``name``."""
+        self.extra_inputs.setdefault(name, []).extend(str(p) for p in paths)
+
+    # -- logging ----------------------------------------------------------------------------
+    def _start_logging(self) -> None:
+        root = logging.getLogger()
+        self._old_level = root.level
+        root.setLevel(min(self.level, root.level or self.level))
+        formatter = logging.Formatter(LOG_FORMAT)
+        logs = list(getattr(self.snakemake, "log", None) or [])
+        handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+        if logs:
+            Path(logs[0]).parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(logs[0], mode="w", encoding="utf-8"))
+        for h in handlers:
+            h.setFormatter(formatter)
+            h.setLevel(self.level)
+            root.addHandler(h)
+        self._handlers = handlers
+        self._captured_warnings = getattr(logging, "_warnings_showwarning", None) is None
+        if self._captured_warnings:
+            logging.captureWarnings(True)
+
+    def _stop_logging(self) -> None:
+        root = logging.getLogger()
+        for h in self._handlers:
+            root.removeHandler(h)
+            h.close()
+        self._handlers = []
+        root.setLevel(self._old_level)
+        if self._captured_warnings:
+            logging.captureWarnings(False)
+
+    # -- context manager --------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        self._start_logging()
+        self.started = datetime.now(UTC)
+        log.info("rule %s: started (script %s)", self.rule, self.script or "unknown")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            if exc is None:
+                try:
+                    self.write_record()
+                except Exception as e:
+                    log.exception(
+                        "rule %s: could not write the provenance record: %s", self.rule, e
+                    )
+                    raise
+                log.info("rule %s: done", self.rule)
+            elif isinstance(exc, AsrflowError):
+                log.error("rule %s failed: %s", self.rule, exc)
+            elif isinstance(exc, KeyboardInterrupt):
+                log.error("rule %s: interrupted", self.rule)
+            else:
+                log.error(
+                    "rule %s failed with an unexpected error (a bug; please report it with this "
+                    "log): %s: %s",
+                    self.rule,
+                    exc_type.__name__ if exc_type else "Exception",
+                    exc,
+                    exc_info=(exc_type, exc, tb) if exc_type is not None else None,
+                )
+        finally:
+            self._stop_logging()
+        return False
+
+    def write_record(self) -> Path | None:
+        """Write the provenance record if the rule has a ``record`` output; return its path."""
+        sm = self.snakemake
+        target = _named(getattr(sm, "output", None), RECORD_OUTPUT)
+        if target is None:
+            log.debug("rule %s declares no '%s' output; no record", self.rule, RECORD_OUTPUT)
+            return None
+        finished = datetime.now(UTC)
+        outputs = files_by_name(sm.output)
+        outputs = {
+            name: [p for p in paths if p != target]
+            for name, paths in outputs.items()
+            if name != RECORD_OUTPUT
+        }
+        outputs = {name: paths for name, paths in outputs.items() if paths}
+        cache = self.hash_cache if self.hash_cache is not None else HashCache()
+        try:
+            record = build_record(
+                rule=self.rule,
+                inputs=files_by_name(getattr(sm, "input", None)),
+                outputs=outputs,
+                params=getattr(sm, "params", None),
+                script=self.script,
+                started=self.started or finished,
+                finished=finished,
+                extra_inputs=self.extra_inputs,
+                hash_cache=cache,
+            )
+        finally:
+            if self.hash_cache is None:
+                cache.close()
+        write_record(target, record)
+        return Path(target)
+
+
+def step(snakemake: Any, *, script: Pathlike | None = None, **kwargs: Any) -> Step:
+    """Wrap a Snakemake script's body: logging, error reporting and the provenance record.
+
+    ``script`` defaults to the calling script (its ``__file__``, which Snakemake points at the
+    original script). Other keyword arguments go to :class:`Step`.
+    """
+    if script is None:
+        script = _caller_script(sys._getframe(1).f_globals)
+    return Step(snakemake, script=script, **kwargs)
