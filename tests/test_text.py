@@ -145,6 +145,7 @@ def test_hash_pinned() -> None:
         "c652867dcbfbccfa0b04f200ed5d0a7cae0433066bc8bd62c363b1d8f3c55c5f"
     )
 
+
 _NORMS = [
     TextNormalization(),
     TextNormalization(unicode_form="NFD"),

@@ -30,6 +30,8 @@ CHUNK_SIZE = 1 << 20
 
 CACHE_ENV = "ASRFLOW_HASH_CACHE"
 DEFAULT_CACHE = Path("results/cache/sha256.sqlite")
+TREE_IGNORED = frozenset({".snakemake_timestamp"})
+"""File names left out of tree digests (Snakemake touches this in ``directory()`` outputs)."""
 
 
 def sha256_file(path: Pathlike) -> str:
@@ -44,7 +46,8 @@ def sha256_file(path: Pathlike) -> str:
 def tree_files(directory: Pathlike) -> list[tuple[str, Path]]:
     """All files under ``directory`` as sorted ``(relative posix path, path)`` pairs.
 
-    Symlinks to files are followed; symlinked directories are not descended into.
+    Symlinks to files are followed; symlinked directories are not descended into. Files named
+    in :data:`TREE_IGNORED` are skipped.
     """
     root = Path(directory)
     if not root.is_dir():
@@ -53,6 +56,8 @@ def tree_files(directory: Pathlike) -> list[tuple[str, Path]]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in filenames:
+            if name in TREE_IGNORED:
+                continue
             p = Path(dirpath) / name
             if p.is_file():
                 found.append((p.relative_to(root).as_posix(), p))

@@ -477,6 +477,7 @@ def verify_report(paths: list[Pathlike], threads: int = 8) -> VerifyReport:
             else:
                 kind = MODIFIED_OUTPUT if out else CHANGED_INPUT
             detail = f"rule {L.rule}, {what[e.section]} '{e.name}'"
+            detail += ", a directory: some file below it differs" if e.as_dir and actual else ""
             shown = _display_path(e.resolved)
             report.mismatches.append(Mismatch(kind, shown, L.shown, e.expected, actual, detail))
     return report

@@ -74,9 +74,11 @@ def _caller_script(frame_globals: Mapping[str, Any]) -> Path | None:
     so the caller's ``__file__`` is the best source; ``sys.argv[0]`` is the fallback.
     """
     for candidate in (frame_globals.get("__file__"), sys.argv[0] if sys.argv else None):
-        if candidate and str(candidate).endswith(".py") and Path(candidate).is_file():
-            if ".snakemake/scripts" not in Path(candidate).as_posix():
-                return Path(candidate)
+        if not candidate or not str(candidate).endswith(".py"):
+            continue
+        path = Path(candidate)
+        if path.is_file() and ".snakemake/scripts" not in path.as_posix():
+            return path
     return None
 
 
@@ -153,10 +155,8 @@ class Step:
             if exc is None:
                 try:
                     self.write_record()
-                except Exception as e:
-                    log.exception(
-                        "rule %s: could not write the provenance record: %s", self.rule, e
-                    )
+                except Exception:
+                    log.exception("rule %s: could not write the provenance record", self.rule)
                     raise
                 log.info("rule %s: done", self.rule)
             elif isinstance(exc, AsrflowError):

@@ -223,22 +223,31 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
     if not wav_scp.is_file():
         raise AsrflowError(f"cannot import Kaldi data dir {data_dir}: {wav_scp} does not exist")
     scp_lines = _line_numbers(wav_scp)
-    problems = [
-        _problem(f"{wav_scp}:{lineno}", f"recording {line.split()[0]} is a pipe command, not a file")
-        for lineno, line in enumerate(wav_scp.read_text(encoding="utf-8").splitlines(), start=1)
-        if line.rstrip().endswith("|")
+    problems: list[str] = []
+    audio: dict[str, str] = {}
+    for lineno, line in enumerate(wav_scp.read_text(encoding="utf-8").splitlines(), start=1):
+        parts = line.split(maxsplit=1)
+        if not parts:
+            continue
+        if len(parts) < 2:
+            problems.append(_problem(f"{wav_scp}:{lineno}", "expected '<recording-id> <path>'"))
+        elif parts[1].rstrip().endswith("|"):
+            problems.append(_problem(f"{wav_scp}:{lineno}",
+                                     f"recording {parts[0]} is a pipe command, not a file"))
+        else:
+            audio[parts[0]] = parts[1].strip()
+    infos = read_audio_infos(audio.values(), threads=threads)
+    problems += [
+        _problem(f"{wav_scp}:{scp_lines[rid]}", f"audio {path} of recording {rid} "
+                 + ("does not exist" if not Path(path).exists() else "cannot be opened"))
+        for rid, path in audio.items() if isinstance(infos[path], Exception)
     ]
     _raise_problems("Kaldi data dir", data_dir, problems,
-                    "Convert piped audio to files first (e.g. with sox) and list the files.")
+                    "List one readable audio file per recording in wav.scp (convert piped "
+                    "audio to files first, e.g. with sox).")
     recordings, supervisions, _ = load_kaldi_data_dir(
         data_dir, sampling_rate=sampling_rate, num_jobs=1, use_reco2dur=False
     )
-    dropped = sorted(set(scp_lines) - set(recordings.ids))
-    problems = [
-        _problem(f"{wav_scp}:{scp_lines[rid]}", f"audio of recording {rid} cannot be opened")
-        for rid in dropped
-    ]
-    _raise_problems("Kaldi data dir", data_dir, problems, "Fix the paths in wav.scp.")
     text_lines = _line_numbers(data_dir / "text")
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
     if supervisions is not None:

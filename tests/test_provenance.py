@@ -1,0 +1,304 @@
+"""Tests for asrflow.provenance: building, writing and verifying provenance records."""
+
+import json
+import os
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from snakemake.iocontainers import Namedlist
+
+from asrflow import provenance
+from asrflow.hashing import HashCache, sha256_file, sha256_tree
+from asrflow.provenance import (
+    CHANGED_INPUT,
+    INVALID_RECORD,
+    MISSING_INPUT,
+    MISSING_OUTPUT,
+    MODIFIED_OUTPUT,
+    NO_RECORD,
+    NOT_FOUND,
+    RECORD_MODIFIED,
+    SCHEMA,
+    build_record,
+    code_version,
+    library_sha256,
+    package_versions,
+    to_jsonable,
+    verify,
+    verify_report,
+    write_record,
+)
+
+RECORD = "results/step.prov.json"
+OUTPUT_FILES = ["results/out.txt", "results/model/w.bin", "results/model/sub/x.txt"]
+
+
+def flip_byte(path: Path, offset: int | None = None) -> None:
+    """Flip one bit of one byte, keeping size, inode and mtime."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    i = len(data) // 2 if offset is None else offset
+    data[i] ^= 0x01
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def make_tree(root: Path) -> dict:
+    """A small workflow tree with one record; returns the record as written."""
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "in.txt").write_text("input text\n")
+    (root / "audio").mkdir()
+    for name in ("a.wav", "b.wav"):
+        (root / "audio" / name).write_bytes(os.urandom(64))
+    (root / "results" / "model" / "sub").mkdir(parents=True)
+    (root / "results" / "out.txt").write_text("output text\n")
+    (root / "results" / "model" / "w.bin").write_bytes(os.urandom(256))
+    (root / "results" / "model" / "sub" / "x.txt").write_text("nested\n")
+    now = datetime.now(UTC)
+    record = build_record(
+        rule="toy",
+        inputs={"text": ["data/in.txt"]},
+        outputs={"out": ["results/out.txt"], "model": ["results/model"]},
+        params={"lr": 0.1, "path": Path("a/b")},
+        script=None,
+        started=now,
+        finished=now,
+        extra_inputs={"audio": ["audio/a.wav", "audio/b.wav"]},
+        hash_cache=HashCache(root / "results" / "cache" / "sha256.sqlite"),
+    )
+    write_record(RECORD, record)
+    return json.loads(Path(RECORD).read_text())
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.chdir(tmp_path)
+    return make_tree(tmp_path)
+
+
+def kinds(mismatches) -> list[tuple[str, str]]:
+    return [(m.kind, m.path) for m in mismatches]
+
+
+def test_record_layout(tree: dict) -> None:
+    assert tree["schema"] == SCHEMA
+    assert tree["rule"] == "toy"
+    assert tree["record_path"] == RECORD
+    assert tree["inputs"] == {"text": {"data/in.txt": sha256_file("data/in.txt")}}
+    assert tree["outputs"]["model"] == {"results/model": sha256_tree("results/model")}
+    assert tree["outputs"]["out"] == {"results/out.txt": sha256_file("results/out.txt")}
+    assert set(tree["extra_inputs"]["audio"]) == {"audio/a.wav", "audio/b.wav"}
+    assert tree["directories"] == ["results/model"]
+    assert tree["params"] == {"lr": 0.1, "path": "a/b"}
+    assert tree["code"]["script"] is None
+    assert len(tree["code"]["library_sha256"]) == 64
+    assert tree["packages"]["python"]
+    assert set(tree["host"]) == {"hostname", "platform"}
+    assert tree["record_sha256"] == provenance.record_digest(tree)
+
+
+def test_clean_tree_verifies(tree: dict) -> None:
+    report = verify_report(["results"])
+    assert report.mismatches == []
+    assert report.ok
+    assert report.records_checked == 1
+    assert report.files_checked == 5  # in.txt, 2 audio, out.txt, model/
+    assert verify([RECORD]) == []
+    assert verify(["results/out.txt"]) == []
+    assert verify(["results/model/sub/x.txt"]) == []  # inside a directory output
+
+
+@pytest.mark.parametrize("name", OUTPUT_FILES)
+def test_flipped_output_byte_with_mtime_restored_is_caught(tree: dict, name: str) -> None:
+    # Warm the persistent cache first: verify must not trust it.
+    HashCache("results/cache/sha256.sqlite").sha256_many(OUTPUT_FILES)
+    flip_byte(Path(name))
+    found = verify(["results"])
+    assert len(found) == 1
+    m = found[0]
+    assert m.kind == MODIFIED_OUTPUT
+    expected_path = name if name == "results/out.txt" else "results/model"
+    assert m.path == expected_path
+    assert m.record == RECORD
+    assert m.expected != m.actual and len(m.actual) == 64
+    assert expected_path in str(m) and RECORD in str(m)
+    # Found the same way when asked about the file itself.
+    assert kinds(verify([name])) == [(MODIFIED_OUTPUT, expected_path)]
+
+
+def test_every_single_byte_flip_in_record_is_caught(tree: dict) -> None:
+    path = Path(RECORD)
+    original = path.read_bytes()
+    for offset in range(len(original)):
+        flip_byte(path, offset)
+        # The record's own checks (what verify runs first) for every byte; full verify for some.
+        found = provenance._load(path).problems if offset % 50 else verify([RECORD])
+        assert any(
+            m.kind in (INVALID_RECORD, RECORD_MODIFIED) and m.path == RECORD for m in found
+        ), f"flip at byte {offset} ({original[offset : offset + 1]!r}) not detected"
+        path.write_bytes(original)
+    assert verify([RECORD]) == []
+
+
+def test_reformatted_record_is_caught(tree: dict) -> None:
+    Path(RECORD).write_text(json.dumps(tree, indent=4, sort_keys=True))
+    assert kinds(verify([RECORD])) == [(RECORD_MODIFIED, RECORD)]
+
+
+def test_invalid_records(tree: dict) -> None:
+    Path("results/bad.prov.json").write_text("{not json")
+    Path("results/wrong.prov.json").write_text(json.dumps({"schema": "other/9"}))
+    found = verify(["results"])
+    assert sorted(kinds(found)) == [
+        (INVALID_RECORD, "results/bad.prov.json"),
+        (INVALID_RECORD, "results/wrong.prov.json"),
+    ]
+    assert "schema" in str(next(m for m in found if "wrong" in m.path))
+
+
+def test_missing_outputs(tree: dict) -> None:
+    Path("results/out.txt").unlink()
+    shutil.rmtree("results/model")
+    found = verify([RECORD])
+    assert sorted(kinds(found)) == [
+        (MISSING_OUTPUT, "results/model"),
+        (MISSING_OUTPUT, "results/out.txt"),
+    ]
+    assert all(m.actual is None for m in found)
+
+
+def test_directory_output_replaced_by_file(tree: dict) -> None:
+    shutil.rmtree("results/model")
+    Path("results/model").write_text("oops")
+    assert kinds(verify([RECORD])) == [(MODIFIED_OUTPUT, "results/model")]
+
+
+def test_extra_file_in_directory_output(tree: dict) -> None:
+    Path("results/model/new.bin").write_bytes(b"")
+    assert kinds(verify([RECORD])) == [(MODIFIED_OUTPUT, "results/model")]
+
+
+def test_input_changes_are_reported(tree: dict) -> None:
+    flip_byte(Path("data/in.txt"))
+    flip_byte(Path("audio/b.wav"))
+    Path("audio/a.wav").unlink()
+    found = verify([RECORD])
+    assert sorted(kinds(found)) == sorted(
+        [
+            (MISSING_INPUT, "audio/a.wav"),
+            (CHANGED_INPUT, "audio/b.wav"),
+            (CHANGED_INPUT, "data/in.txt"),
+        ]
+    )
+    by_path = {m.path: m for m in found}
+    assert "extra input 'audio'" in by_path["audio/b.wav"].detail
+    assert "input 'text'" in by_path["data/in.txt"].detail
+    assert "input changed since the record was made" in str(by_path["data/in.txt"])
+
+
+def test_files_without_records_and_missing_paths(tree: dict) -> None:
+    Path("data/other.txt").write_text("x")
+    Path("empty").mkdir()
+    found = verify(["data/other.txt", "empty", "nope.txt"])
+    assert kinds(found) == [
+        (NO_RECORD, "data/other.txt"),
+        (NO_RECORD, "empty"),
+        (NOT_FOUND, "nope.txt"),
+    ]
+
+
+def test_record_found_from_parent_directory(tree: dict) -> None:
+    # A record one level up lists a file in a subdirectory.
+    assert [str(p) for p in provenance._candidate_records(Path("results/model/w.bin"))] == [
+        str(Path.cwd() / RECORD)
+    ]
+
+
+def test_moved_workflow_still_verifies(tree: dict, tmp_path: Path, monkeypatch) -> None:
+    moved = tmp_path.parent / (tmp_path.name + "_moved")
+    shutil.copytree(tmp_path, moved)
+    try:
+        monkeypatch.chdir("/")
+        assert verify([moved / "results"]) == []
+        flip_byte(moved / "results" / "out.txt")
+        assert [m.kind for m in verify([moved / RECORD])] == [MODIFIED_OUTPUT]
+    finally:
+        shutil.rmtree(moved)
+
+
+def test_build_record_rejects_missing_paths(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    now = datetime.now(UTC)
+    with pytest.raises(FileNotFoundError, match="nothere.txt"):
+        build_record(
+            rule="r", inputs={"x": ["nothere.txt"]}, outputs={}, params={}, script=None,
+            started=now, finished=now, hash_cache=None,
+        )  # fmt: skip
+
+
+def test_build_record_without_cache_and_with_script(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("s.py").write_text("print('hi')\n")
+    Path("o").write_text("o")
+    now = datetime.now(UTC)
+    rec = build_record(
+        rule="r", inputs={}, outputs={"o": ["o"]}, params=None, script="s.py",
+        started=now, finished=now, hash_cache=None,
+    )  # fmt: skip
+    assert rec["outputs"] == {"o": {"o": sha256_file("o")}}
+    assert rec["code"]["script"] == {"path": "s.py", "sha256": sha256_file("s.py")}
+    assert rec["code"]["git"]["commit"] is None or isinstance(rec["code"]["git"]["commit"], str)
+
+
+def test_to_jsonable_snakemake_params() -> None:
+    nl = Namedlist(fromdict={"a": Path("x/y"), "b": np.float32(0.5), "c": {"k": (1, 2)}})
+    nl.append("positional")
+    assert to_jsonable(nl) == {"a": "x/y", "b": 0.5, "c": {"k": [1, 2]}, "_unnamed": ["positional"]}
+    assert to_jsonable(Namedlist(["p", "q"])) == ["p", "q"]
+    assert to_jsonable({"n": float("nan"), "s": {3, 1}, "arr": np.arange(3)}) == {
+        "n": "nan", "s": [1, 3], "arr": [0, 1, 2],
+    }  # fmt: skip
+    assert to_jsonable(len) == "<callable len>"
+    json.dumps(to_jsonable({"x": object()}))  # anything else becomes a string
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_code_version(tmp_path: Path) -> None:
+    assert code_version(tmp_path) == {"commit": None, "dirty": None}
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "Snakefile").write_text("rule all:\n")
+    _git(tmp_path, "add", "Snakefile")
+    _git(tmp_path, "commit", "-q", "-m", "init")
+    v = code_version(tmp_path)
+    assert len(v["commit"]) == 40 and v["dirty"] is False
+    for ignored in ("results", "logs", ".snakemake"):
+        (tmp_path / ignored).mkdir()
+        (tmp_path / ignored / "f").write_text("x")
+    assert code_version(tmp_path)["dirty"] is False
+    (tmp_path / "new.py").write_text("x")
+    assert code_version(tmp_path)["dirty"] is True
+    (tmp_path / "new.py").unlink()
+    (tmp_path / "Snakefile").write_text("changed\n")
+    assert code_version(tmp_path)["dirty"] is True
+
+
+def test_library_and_package_versions() -> None:
+    assert len(library_sha256()) == 64
+    versions = package_versions()
+    assert set(versions) >= {"python", "torch", "espnet", "lhotse", "snakemake", "numpy"}
+    assert versions["snakemake"] is not None
+    versions["python"] = "mutated"
+    assert package_versions()["python"] != "mutated"

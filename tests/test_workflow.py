@@ -1,0 +1,222 @@
+"""Tests for asrflow.workflow: the Snakemake script adapter."""
+
+import json
+import logging
+import os
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params
+
+from asrflow.errors import AsrflowError, ValidationFailed
+from asrflow.hashing import sha256_file
+from asrflow.provenance import MODIFIED_OUTPUT, verify
+from asrflow.workflow import Step, _caller_script, files_by_name, step
+
+
+def fake_snakemake(record: bool = True, log: bool = True) -> SimpleNamespace:
+    """A snakemake object like the one Snakemake injects into scripts."""
+    outputs = {"data": "results/toy/data.txt", "model": "results/toy/model"}
+    if record:
+        outputs["record"] = "results/toy/data.prov.json"
+    return SimpleNamespace(
+        input=InputFiles(fromdict={"text": "data/in.txt", "extra": ["data/x1", "data/x2"]}),
+        output=OutputFiles(fromdict=outputs),
+        params=Params(fromdict={"alpha": 0.5, "where": Path("a")}),
+        log=Log(["logs/toy.log"] if log else []),
+        rule="toy",
+        wildcards=None,
+    )
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ASRFLOW_HASH_CACHE", str(tmp_path / "cache.sqlite"))
+    Path("data").mkdir()
+    Path("data/in.txt").write_text("in\n")
+    Path("data/x1").write_text("1")
+    Path("data/x2").write_text("2")
+    Path("audio").mkdir()
+    Path("audio/a.wav").write_bytes(b"RIFF....")
+    return tmp_path
+
+
+def produce() -> None:
+    Path("results/toy/model").mkdir(parents=True, exist_ok=True)
+    Path("results/toy/data.txt").write_text("result\n")
+    Path("results/toy/model/w.bin").write_bytes(b"\x00\x01")
+
+
+def test_files_by_name() -> None:
+    nl = InputFiles(fromdict={"a": "x", "b": ["y", "z"]})
+    nl.append("loose")
+    assert files_by_name(nl) == {"a": ["x"], "b": ["y", "z"], "_unnamed": ["loose"]}
+    assert files_by_name(["p", "q"]) == {"_unnamed": ["p", "q"]}
+    assert files_by_name({"k": "v"}) == {"k": ["v"]}
+    assert files_by_name(None) == {}
+
+
+def test_step_writes_record_and_log(ws: Path) -> None:
+    sm = fake_snakemake()
+    with step(sm) as s:
+        logging.getLogger("asrflow.somewhere").info("working hard")
+        produce()
+        s.add_extra_inputs("audio", ["audio/a.wav"])
+    rec = json.loads(Path("results/toy/data.prov.json").read_text())
+    assert rec["rule"] == "toy"
+    assert rec["inputs"] == {
+        "text": {"data/in.txt": sha256_file("data/in.txt")},
+        "extra": {"data/x1": sha256_file("data/x1"), "data/x2": sha256_file("data/x2")},
+    }
+    assert set(rec["outputs"]) == {"data", "model"}, "the record must not list itself"
+    assert rec["directories"] == ["results/toy/model"]
+    assert rec["extra_inputs"] == {"audio": {"audio/a.wav": sha256_file("audio/a.wav")}}
+    assert rec["params"] == {"alpha": 0.5, "where": "a"}
+    script = rec["code"]["script"]
+    assert Path(script["path"]).name == "test_workflow.py"
+    assert script["sha256"] == sha256_file(__file__)
+    assert rec["started"] <= rec["finished"]
+    text = Path("logs/toy.log").read_text()
+    assert "working hard" in text and "rule toy: started" in text and "rule toy: done" in text
+    assert Path("cache.sqlite").exists(), "hashing goes through the persistent cache"
+    assert verify(["results/toy"]) == []
+
+
+def test_record_detects_later_tampering(ws: Path) -> None:
+    with step(fake_snakemake()):
+        produce()
+    p = Path("results/toy/data.txt")
+    st = p.stat()
+    p.write_text("resulT\n")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    found = verify(["results/toy/data.txt"])
+    assert [(m.kind, m.path, m.record) for m in found] == [
+        (MODIFIED_OUTPUT, "results/toy/data.txt", "results/toy/data.prov.json")
+    ]
+
+
+def test_no_record_output_means_no_record(ws: Path) -> None:
+    with step(fake_snakemake(record=False, log=False)):
+        produce()
+    assert not list(Path("results").rglob("*.prov.json"))
+
+
+def test_user_error_logged_as_message_and_reraised(ws: Path) -> None:
+    with pytest.raises(ValidationFailed), step(fake_snakemake()):
+        raise ValidationFailed("data/in.txt, line 3: empty transcript; remove the line")
+    text = Path("logs/toy.log").read_text()
+    assert "rule toy failed: data/in.txt, line 3: empty transcript; remove the line" in text
+    assert "Traceback" not in text
+    assert not Path("results/toy/data.prov.json").exists()
+
+
+def test_unexpected_error_logged_with_traceback(ws: Path) -> None:
+    with pytest.raises(ZeroDivisionError), step(fake_snakemake()):
+        produce()
+        _ = 1 / 0
+    text = Path("logs/toy.log").read_text()
+    assert "Traceback" in text and "ZeroDivisionError" in text and "unexpected" in text
+    assert not Path("results/toy/data.prov.json").exists()
+
+
+def test_missing_output_fails_the_step(ws: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="results/toy/model"), step(fake_snakemake()):
+        Path("results/toy").mkdir(parents=True)
+        Path("results/toy/data.txt").write_text("only one\n")
+    assert "could not write the provenance record" in Path("logs/toy.log").read_text()
+    assert not Path("results/toy/data.prov.json").exists()
+
+
+def test_logging_restored_after_step(ws: Path) -> None:
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    with pytest.raises(AsrflowError), step(fake_snakemake()):
+        raise AsrflowError("x")
+    with step(fake_snakemake(record=False)):
+        pass
+    assert (list(root.handlers), root.level) == before
+
+
+def test_script_path_as_snakemake_runs_it(ws: Path) -> None:
+    """Snakemake runs a temp copy whose preamble points ``__file__`` at the real script."""
+    real = ws / "scripts" / "toy.py"
+    real.parent.mkdir()
+    body = (
+        "from pathlib import Path\n"
+        "from asrflow.workflow import step\n"
+        "with step(snakemake):\n"
+        "    Path('results/toy/model').mkdir(parents=True)\n"
+        "    Path('results/toy/data.txt').write_text('x')\n"
+    )
+    real.write_text(body)
+    tmp_copy = ws / ".snakemake" / "scripts" / "tmpabc.toy.py"
+    tmp_copy.parent.mkdir(parents=True)
+    preamble = f"import sys; __real_file__ = __file__; __file__ = {str(real)!r};\n"
+    tmp_copy.write_text(preamble + body)
+    runpy.run_path(str(tmp_copy), init_globals={"snakemake": fake_snakemake()})
+    rec = json.loads(Path("results/toy/data.prov.json").read_text())
+    assert rec["code"]["script"] == {"path": "scripts/toy.py", "sha256": sha256_file(real)}
+
+
+def test_explicit_script_and_unknown_script(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Step(fake_snakemake(), script="x.py").script == Path("x.py")
+    monkeypatch.setattr("sys.argv", ["python"])
+    # No usable __file__ and no script in argv: the script is unknown (None), not a guess.
+    assert _caller_script({}) is None
+    assert _caller_script({"__file__": str(ws / "missing.py")}) is None
+    assert _caller_script({"__file__": "<stdin>"}) is None
+    monkeypatch.setattr("sys.argv", [__file__])
+    assert _caller_script({}) == Path(__file__)
+
+
+SNAKEFILE = """
+rule a:
+    input: text="data/in.txt"
+    output:
+        data="results/a/out.txt",
+        model=directory("results/a/model"),
+        record="results/a/out.prov.json",
+    params: alpha=0.5
+    log: "logs/a.log"
+    script: "scripts/a.py"
+"""
+
+SCRIPT = """
+from pathlib import Path
+from asrflow.workflow import step
+
+with step(snakemake) as s:
+    Path(snakemake.output.model).mkdir(parents=True, exist_ok=True)
+    Path(snakemake.output.model, "w.bin").write_bytes(b"abc")
+    Path(snakemake.output.data).write_text(Path(snakemake.input.text).read_text().upper())
+"""
+
+
+@pytest.mark.slow
+def test_real_snakemake_run(ws: Path) -> None:
+    """A real Snakemake job: script path, directory() output and verify all line up."""
+    import subprocess
+    import sys
+
+    Path("Snakefile").write_text(SNAKEFILE)
+    Path("scripts").mkdir()
+    Path("scripts/a.py").write_text(SCRIPT)
+    exe = Path(sys.executable).parent / "snakemake"
+    proc = subprocess.run(
+        [str(exe), "results/a/out.prov.json", "-c1"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = json.loads(Path("results/a/out.prov.json").read_text())
+    assert rec["code"]["script"]["path"] == "scripts/a.py"
+    assert rec["params"] == {"alpha": 0.5}
+    assert "rule a: done" in Path("logs/a.log").read_text()
+    assert verify(["results"]) == []  # .snakemake_timestamp in directory() outputs is ignored
+    w = Path("results/a/model/w.bin")
+    st = w.stat()
+    w.write_bytes(b"abd")
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert [m.kind for m in verify([w])] == [MODIFIED_OUTPUT]
