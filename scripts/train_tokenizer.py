@@ -10,7 +10,8 @@ with step(snakemake):  # noqa: F821 - injected by Snakemake
         snakemake.input.cuts,
         snakemake.output.model,
         snakemake.output.tokens,
-        TokenizerConfig(**snakemake.params.tokenizer),
+        TokenizerConfig.from_dict(snakemake.params.tokenizer),
         TextNormalization.from_dict(snakemake.params.normalization),
+        name=snakemake.wildcards.tokenizer,
     )
     write_json(snakemake.output.summary, summary)
