@@ -48,3 +48,19 @@ def test_errors():
         synthesize("hello", "en", pitch=101)
     # the engine still works after an error
     assert len(synthesize("hello", "en")) > 0
+
+
+def test_falls_back_to_the_shared_library_without_a_private_copy(monkeypatch, caplog):
+    from asrflow.corpus import espeak
+
+    def no_temp_dir(*args, **kwargs):
+        raise OSError("read-only file system")
+
+    expected = synthesize("the little girl", "en+f3", seed=2)
+    monkeypatch.setattr(espeak, "_library", None)
+    monkeypatch.setattr(espeak.tempfile, "mkdtemp", no_temp_dir)
+    first = synthesize("the little girl", "en+f3", seed=2)
+    assert "no private library copy" in caplog.text
+    synthesize("something in between", "en+m5", seed=9)
+    assert synthesize("the little girl", "en+f3", seed=2).tobytes() == first.tobytes()
+    assert first.tobytes() == expected.tobytes()

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import yaml
 
 from asrflow.corpus.synthetic import (
     NAMES,
@@ -61,7 +62,7 @@ def test_same_seed_gives_identical_bytes_other_seed_differs(corpora):
 
 
 def test_manifests_match_the_wavs(corpora):
-    root, manifests = corpora["a"]
+    manifests = corpora["a"][1]
     rows = read(manifests)
     assert sum(len(r) for r in rows.values()) == SMALL.num_utterances
     for split, records in rows.items():
@@ -180,7 +181,8 @@ def test_long_texts_are_cut_to_max_duration():
 
 
 def test_config_from_yaml_mapping_and_validation():
-    config = SyntheticCorpusConfig(**{"num_utterances": 100, "snr_db": [0, 20], "max_duration": 20})
+    mapping = yaml.safe_load("num_utterances: 100\nsnr_db: [0, 20]\nmax_duration: 20\n")
+    config = SyntheticCorpusConfig(**mapping)
     assert config.snr_db == (0.0, 20.0) and isinstance(config.max_duration, float)
     hash(config)
     bad = [{"num_speakers": 2}, {"num_speakers": 99}, {"snr_db": [10, 5]}, {"snr_db": 5},

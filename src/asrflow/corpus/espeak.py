@@ -57,19 +57,23 @@ class _Library:
 
         source = Path(espeakng_loader.get_library_path())
         self.data_path = espeakng_loader.get_data_path().encode()
-        tmp_dir = tempfile.mkdtemp(prefix="asrflow-espeak-")
-        atexit.register(shutil.rmtree, tmp_dir, True)
-        self.path = str(Path(tmp_dir) / source.name)
+        self.path = str(source)
         try:
-            shutil.copyfile(source, self.path)
+            tmp_dir = tempfile.mkdtemp(prefix="asrflow-espeak-")
+            atexit.register(shutil.rmtree, tmp_dir, True)
+            copy = str(Path(tmp_dir) / source.name)
+            shutil.copyfile(source, copy)
+            _ctypes.dlclose(ctypes.CDLL(copy)._handle)  # fails where the temp dir is noexec
+            self.path = copy
         except OSError as exc:
-            raise EspeakError(f"cannot copy libespeak-ng from {source}: {exc}") from exc
+            logger.warning("eSpeak NG: no private library copy (%s); using %s, whose state "
+                           "other users in this process may share", exc, source)
         libc = ctypes.CDLL(None)
         libc.srand.argtypes = [ctypes.c_uint]
         libc.srand.restype = None
         self.srand = libc.srand
         self.sample_rate: Hz = 0
-        logger.debug("eSpeak NG: private copy of %s at %s", source, self.path)
+        logger.debug("eSpeak NG: loading %s for every call", self.path)
 
 
 _library: _Library | None = None

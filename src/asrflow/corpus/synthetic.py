@@ -134,16 +134,18 @@ class SyntheticCorpusConfig:
             return isinstance(value, kind) and not isinstance(value, bool)
 
         snr = self.snr_db
-        wrong = [f.name for f in fields(self) if f.type in ("int", "float")
-                 and not is_number(getattr(self, f.name), int if f.type == "int" else int | float)]
+        kinds = {f.name: int if type(f.default) is int else int | float
+                 for f in fields(self) if type(f.default) in (int, float)}
+        wrong = [n for n, kind in kinds.items() if not is_number(getattr(self, n), kind)]
         if not (isinstance(snr, list | tuple) and len(snr) == 2 and all(map(is_number, snr))):
             wrong.append("snr_db")
         if wrong:
-            raise ValueError(f"SyntheticCorpusConfig: wrong type for {', '.join(wrong)} (counts "
-                             f"are integers, fractions and seconds numbers, snr_db [low, high])")
-        for f in fields(self):
-            if f.type == "float":
-                object.__setattr__(self, f.name, float(getattr(self, f.name)))
+            raise ValueError(f"SyntheticCorpusConfig: wrong type for "
+                             f"{', '.join(f'{n}={getattr(self, n)!r}' for n in wrong)} (counts must "
+                             f"be integers, fractions and seconds numbers, snr_db [low, high])")
+        for name, kind in kinds.items():
+            if kind is not int:
+                object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "snr_db", (float(snr[0]), float(snr[1])))
         held_out = self.dev_speakers + self.test_speakers
         fractions = {n: getattr(self, n) for n in ("noisy_fraction", "entity_fraction",
