@@ -16,6 +16,6 @@ include: "rules/tokenizer.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True

@@ -1,8 +1,11 @@
 # Config validation, wildcard constraints and named input functions shared by all stages.
 
-from asrflow import layout
 from snakemake.utils import validate
 
+from asrflow import layout
+from asrflow.workflow import share_package_with_jobs
+
+share_package_with_jobs(f"{workflow.basedir}/src")
 
 validate(config, "../config/config.schema.yaml")
 layout.check_config(config)
@@ -34,10 +37,20 @@ def validated_cuts(wildcards):
     return f"{validated}/{wildcards.split}.jsonl.gz"
 
 
+def filtered_split(corpus, split):
+    """The filtered cuts of one split; every consumer of filtered data goes through here.
+
+    Asking the validate_corpus checkpoint first makes Snakemake re-evaluate the consumer once
+    validation has run, so a consumer whose split came out byte-identical is skipped instead of
+    inheriting the "upstream job will run" verdict of the first DAG pass.
+    """
+    checkpoints.validate_corpus.get(corpus=corpus)
+    return layout.filtered(corpus, split)
+
+
 def tokenizer_train_cuts(wildcards):
     """The filtered train split of the tokenizer's corpus: the only text a tokenizer sees."""
-    corpus = config["tokenizers"][wildcards.tokenizer]["corpus"]
-    return layout.filtered(corpus, "train")
+    return filtered_split(config["tokenizers"][wildcards.tokenizer]["corpus"], "train")
 
 
 def all_targets():

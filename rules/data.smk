@@ -9,14 +9,16 @@ rule synthesize_corpus:
         train=layout.synthetic_manifest("{corpus}", "train"),
         dev=layout.synthetic_manifest("{corpus}", "dev"),
         test=layout.synthetic_manifest("{corpus}", "test"),
-        audio=directory(layout.synthetic_dir("{corpus}") + "/audio"),
-        record=layout.prov(layout.synthetic_dir("{corpus}") + "/corpus"),
-    params:
-        synthetic=lookup(dpath="corpora/{corpus}/synthetic", within=config),
+        audio=directory(layout.synthetic_audio("{corpus}")),
+        record=layout.synthetic_record("{corpus}"),
     log:
         layout.log("synthesize_corpus", "{corpus}"),
     benchmark:
         layout.benchmark("synthesize_corpus", "{corpus}")
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        synthetic=lookup(dpath="corpora/{corpus}/synthetic", within=config),
     script:
         "../scripts/synthesize_corpus.py"
 
@@ -27,12 +29,14 @@ rule import_manifest:
     output:
         cuts=layout.imported("{corpus}", "{split}"),
         record=layout.prov(layout.imported("{corpus}", "{split}")),
+    log:
+        layout.log("import_manifest", "{corpus}", "{split}"),
+    conda:
+        "../envs/asrflow.yaml"
+    threads: 4
     params:
         format=import_format,
         sampling_rate=lookup(dpath="corpora/{corpus}/sampling_rate", within=config),
-    threads: 4
-    log:
-        layout.log("import_manifest", "{corpus}", "{split}"),
     script:
         "../scripts/import_manifest.py"
 
@@ -43,10 +47,12 @@ checkpoint holdout_split:
     output:
         splits=directory(layout.holdout_dir("{corpus}")),
         record=layout.prov(layout.holdout_dir("{corpus}")),
-    params:
-        holdout=lookup(dpath="corpora/{corpus}/holdout", within=config),
     log:
         layout.log("holdout_split", "{corpus}"),
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        holdout=lookup(dpath="corpora/{corpus}/holdout", within=config),
     script:
         "../scripts/holdout_split.py"
 
@@ -63,14 +69,16 @@ checkpoint validate_corpus:
             category="Data",
         ),
         record=layout.prov(layout.validation_report("{corpus}", "json")),
-    params:
-        validation=lookup(dpath="corpora/{corpus}/validation", within=config),
-        normalization=config["text_normalization"],
-    threads: 4
     log:
         layout.log("validate_corpus", "{corpus}"),
     benchmark:
         layout.benchmark("validate_corpus", "{corpus}")
+    conda:
+        "../envs/asrflow.yaml"
+    threads: 4
+    params:
+        validation=lookup(dpath="corpora/{corpus}/validation", within=config),
+        normalization=config["text_normalization"],
     script:
         "../scripts/validate_corpus.py"
 
@@ -87,11 +95,13 @@ rule filter_split:
             category="Data",
         ),
         record=layout.prov(layout.filtered("{corpus}", "{split}")),
+    log:
+        layout.log("filter_split", "{corpus}", "{split}"),
+    conda:
+        "../envs/asrflow.yaml"
     params:
         filter=lookup(dpath="corpora/{corpus}/filter", within=config),
         slice_fields=lookup(dpath="corpora/{corpus}/slice_fields", within=config),
         normalization=config["text_normalization"],
-    log:
-        layout.log("filter_split", "{corpus}", "{split}"),
     script:
         "../scripts/filter_split.py"

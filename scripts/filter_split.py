@@ -3,7 +3,7 @@
 from asrflow.data.stages import filter_split
 from asrflow.workflow import step
 
-with step(snakemake):  # noqa: F821 - injected by Snakemake
+with step(snakemake):
     filter_split(
         snakemake.input.cuts,
         snakemake.output.cuts,

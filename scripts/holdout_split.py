@@ -3,5 +3,5 @@
 from asrflow.data.stages import holdout_split
 from asrflow.workflow import step
 
-with step(snakemake):  # noqa: F821 - injected by Snakemake
+with step(snakemake):
     holdout_split(snakemake.input.cuts, snakemake.output.splits, snakemake.params.holdout)

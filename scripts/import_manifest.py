@@ -3,7 +3,7 @@
 from asrflow.data.stages import import_split
 from asrflow.workflow import step
 
-with step(snakemake) as s:  # noqa: F821 - injected by Snakemake
+with step(snakemake) as s:
     audio = import_split(
         snakemake.params.format,
         snakemake.input.manifest,

@@ -5,7 +5,7 @@ from pathlib import Path
 from asrflow.corpus.synthetic import SyntheticCorpusConfig, generate_corpus
 from asrflow.workflow import step
 
-with step(snakemake):  # noqa: F821 - injected by Snakemake
+with step(snakemake):
     generate_corpus(
         Path(snakemake.output.train).parent, SyntheticCorpusConfig(**snakemake.params.synthetic)
     )

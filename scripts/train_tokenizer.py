@@ -5,7 +5,7 @@ from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.workflow import step
 
-with step(snakemake):  # noqa: F821 - injected by Snakemake
+with step(snakemake):
     summary = train_tokenizer(
         snakemake.input.cuts,
         snakemake.output.model,

@@ -3,7 +3,7 @@
 from asrflow.data.stages import validate_corpus
 from asrflow.workflow import step
 
-with step(snakemake) as s:  # noqa: F821 - injected by Snakemake
+with step(snakemake) as s:
     audio = validate_corpus(
         snakemake.wildcards.corpus,
         dict(snakemake.input.items()),

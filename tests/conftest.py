@@ -15,7 +15,7 @@ def write_wav(path: Path, seconds: float, sr: int = 16000, seed: int = 0) -> Pat
     """A short noise burst as 16-bit PCM WAV."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    samples = (rng.standard_normal(int(round(seconds * sr))) * 3000).astype(np.int16)
+    samples = (rng.standard_normal(round(seconds * sr)) * 3000).astype(np.int16)
     soundfile.write(path, samples, sr, subtype="PCM_16")
     return path
 
@@ -26,24 +26,27 @@ def write_nemo(path: Path, rows: Sequence[dict]) -> Path:
     return path
 
 
-def utterance_rows(split: str, speakers: Sequence[str], per_speaker: int = 3,
-                   audio_dir: str = "audio") -> list[dict]:
+def utterance_rows(
+    split: str, speakers: Sequence[str], per_speaker: int = 3, audio_dir: str = "audio"
+) -> list[dict]:
     """Manifest rows (without writing audio) for a split; durations 1.0 s + 0.25 s * i."""
     rows = []
     for spk in speakers:
         for i in range(per_speaker):
             uid = f"{split}-{spk}-{i}"
-            rows.append({
-                "audio_filepath": f"{audio_dir}/{uid}.wav",
-                "duration": 1.0 + 0.25 * i,
-                "text": f"hello {spk} number {('zero', 'one', 'two', 'three')[i % 4]}",
-                "speaker": spk,
-                "session": f"{spk}_s{i % 2}",
-                "condition": "noisy" if i % 2 else "clean",
-                "has_entity": i == 0,
-                "code_switch": False,
-                "utt_id": uid,
-            })
+            rows.append(
+                {
+                    "audio_filepath": f"{audio_dir}/{uid}.wav",
+                    "duration": 1.0 + 0.25 * i,
+                    "text": f"hello {spk} number {('zero', 'one', 'two', 'three')[i % 4]}",
+                    "speaker": spk,
+                    "session": f"{spk}_s{i % 2}",
+                    "condition": "noisy" if i % 2 else "clean",
+                    "has_entity": i == 0,
+                    "code_switch": False,
+                    "utt_id": uid,
+                }
+            )
     return rows
 
 
@@ -54,8 +57,10 @@ def nemo_corpus(tmp_path: Path) -> Callable[..., dict[str, Path]]:
     ``nemo_corpus(mutate=fn)`` lets a test change the rows (dict split -> rows) before writing.
     """
 
-    def make(mutate: Callable[[dict[str, list[dict]]], None] | None = None,
-             speakers: dict[str, Sequence[str]] | None = None) -> dict[str, Path]:
+    def make(
+        mutate: Callable[[dict[str, list[dict]]], None] | None = None,
+        speakers: dict[str, Sequence[str]] | None = None,
+    ) -> dict[str, Path]:
         speakers = speakers or {"train": ["a", "b", "c"], "dev": ["d"], "test": ["e"]}
         rows = {split: utterance_rows(split, spks) for split, spks in speakers.items()}
         for split_rows in rows.values():
@@ -63,7 +68,9 @@ def nemo_corpus(tmp_path: Path) -> Callable[..., dict[str, Path]]:
                 write_wav(tmp_path / "corpus" / r["audio_filepath"], r["duration"], seed=k)
         if mutate is not None:
             mutate(rows)
-        return {split: write_nemo(tmp_path / "corpus" / f"{split}.jsonl", r)
-                for split, r in rows.items()}
+        return {
+            split: write_nemo(tmp_path / "corpus" / f"{split}.jsonl", r)
+            for split, r in rows.items()
+        }
 
     return make

@@ -133,7 +133,7 @@ def test_wal_mode_and_concurrent_writers(tmp_path: Path) -> None:
             with HashCache(db, timeout=0.01) as cache:
                 for _ in range(3):
                     results.append(cache.sha256_many(files[k::2] + files[:5], threads=2))
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(k % 2,)) for k in range(6)]

@@ -235,7 +235,7 @@ def test_moved_workflow_still_verifies(tree: dict, tmp_path: Path, monkeypatch) 
 def test_build_record_rejects_missing_paths(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     now = datetime.now(UTC)
-    with pytest.raises(FileNotFoundError, match="nothere.txt"):
+    with pytest.raises(FileNotFoundError, match=r"nothere\.txt"):
         build_record(
             rule="r", inputs={"x": ["nothere.txt"]}, outputs={}, params={}, script=None,
             started=now, finished=now, hash_cache=None,

@@ -93,12 +93,14 @@ def write_jsonl_gz(path: Pathlike, records: Iterable[dict[str, Any]]) -> int:
     Returns the number of records written.
     """
     n = 0
-    with atomic_output(path) as tmp:
-        with open(tmp, "wb") as raw, gzip.GzipFile(
-            filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6
-        ) as gz, io.TextIOWrapper(gz, encoding="utf-8", newline="\n") as text:
-            for record in records:
-                text.write(json.dumps(record, ensure_ascii=False))
-                text.write("\n")
-                n += 1
+    with (
+        atomic_output(path) as tmp,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz,
+        io.TextIOWrapper(gz, encoding="utf-8", newline="\n") as text,
+    ):
+        for record in records:
+            text.write(json.dumps(record, ensure_ascii=False))
+            text.write("\n")
+            n += 1
     return n

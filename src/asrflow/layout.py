@@ -38,12 +38,21 @@ def benchmark(rule: str, *parts: str) -> str:
 
 # --- corpora -------------------------------------------------------------------------------
 
+
 def synthetic_dir(corpus: str) -> str:
     return f"{RESULTS}/corpora/{corpus}"
 
 
 def synthetic_manifest(corpus: str, split: str) -> str:
     return f"{synthetic_dir(corpus)}/{split}.jsonl"
+
+
+def synthetic_audio(corpus: str) -> str:
+    return f"{synthetic_dir(corpus)}/audio"
+
+
+def synthetic_record(corpus: str) -> str:
+    return prov(f"{synthetic_dir(corpus)}/corpus")
 
 
 def imported(corpus: str, split: str) -> str:
@@ -74,7 +83,13 @@ def tokenizer_dir(tokenizer: str) -> str:
     return f"{RESULTS}/tokenizers/{tokenizer}"
 
 
+def tokenizer_file(tokenizer: str, name: str) -> str:
+    """``bpe.model`` (SentencePiece), ``tokens.txt`` (ESPnet token list) or ``summary.json``."""
+    return f"{tokenizer_dir(tokenizer)}/{name}"
+
+
 # --- what the config says ------------------------------------------------------------------
+
 
 def corpus(config: Config, name: str) -> Mapping[str, Any]:
     try:
@@ -143,5 +158,5 @@ def all_targets(config: Config) -> list[str]:
         targets.append(validation_report(name, "txt"))
         targets += [filtered(name, s) for s in splits(config, name)]
     for name in config.get("tokenizers", {}):
-        targets.append(f"{tokenizer_dir(name)}/tokens.txt")
+        targets.append(tokenizer_file(name, "tokens.txt"))
     return targets

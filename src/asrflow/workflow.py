@@ -17,6 +17,7 @@ as its message only; anything else with its traceback) and re-raised, so the job
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -220,3 +221,14 @@ def step(snakemake: Any, *, script: Pathlike | None = None, **kwargs: Any) -> St
     if script is None:
         script = _caller_script(sys._getframe(1).f_globals)
     return Step(snakemake, script=script, **kwargs)
+
+
+def share_package_with_jobs(src_dir: str) -> None:
+    """Put ``src_dir`` (this checkout's ``src/``) first on ``PYTHONPATH`` for every job.
+
+    Jobs inherit the environment of the Snakemake process, so scripts import the very asrflow
+    code the workflow was started with, also inside a per-rule conda environment
+    (``envs/asrflow.yaml``) that does not have the package installed.
+    """
+    parts = [src_dir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))

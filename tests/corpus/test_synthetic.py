@@ -23,23 +23,74 @@ from asrflow.corpus.synthetic import (
 )
 
 SMALL = SyntheticCorpusConfig(num_utterances=40, seed=5)
-KEYS = ["audio_filepath", "duration", "text", "speaker", "session", "condition", "has_entity",
-        "code_switch", "utt_id"]
-SPANISH_WORDS = {"gracias", "por", "favor", "hasta", "luego", "buenas", "noches", "tardes", "de",
-                 "nada", "mucho", "gusto", "con", "permiso", "vamos", "la", "playa", "casa", "es",
-                 "grande", "tengo", "hambre", "el", "perro", "bonito", "hola", "amigo", "nos",
-                 "vemos", "muy", "bien", "todo", "un", "momento", "cuenta", "libro", "rojo",
-                 "amigos", "muchas", "vista"}
+KEYS = [
+    "audio_filepath",
+    "duration",
+    "text",
+    "speaker",
+    "session",
+    "condition",
+    "has_entity",
+    "code_switch",
+    "utt_id",
+]
+SPANISH_WORDS = {
+    "gracias",
+    "por",
+    "favor",
+    "hasta",
+    "luego",
+    "buenas",
+    "noches",
+    "tardes",
+    "de",
+    "nada",
+    "mucho",
+    "gusto",
+    "con",
+    "permiso",
+    "vamos",
+    "la",
+    "playa",
+    "casa",
+    "es",
+    "grande",
+    "tengo",
+    "hambre",
+    "el",
+    "perro",
+    "bonito",
+    "hola",
+    "amigo",
+    "nos",
+    "vemos",
+    "muy",
+    "bien",
+    "todo",
+    "un",
+    "momento",
+    "cuenta",
+    "libro",
+    "rojo",
+    "amigos",
+    "muchas",
+    "vista",
+}
 
 
 def digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def read(manifests: dict[str, Path]) -> dict[str, list[dict]]:
-    return {split: [json.loads(line) for line in path.read_text().splitlines()]
-            for split, path in manifests.items()}
+    return {
+        split: [json.loads(line) for line in path.read_text().splitlines()]
+        for split, path in manifests.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +236,21 @@ def test_config_from_yaml_mapping_and_validation():
     config = SyntheticCorpusConfig(**mapping)
     assert config.snr_db == (0.0, 20.0) and isinstance(config.max_duration, float)
     hash(config)
-    bad = [{"num_speakers": 2}, {"num_speakers": 99}, {"snr_db": [10, 5]}, {"snr_db": 5},
-           {"noisy_fraction": 1.5}, {"seed": -1}, {"seed": 1.5}, {"num_utterances": 3},
-           {"sessions_per_speaker": 0}, {"max_duration": 1.0}, {"dev_speakers": 0},
-           {"code_switch_fraction": 0.7, "long_fraction": 0.5}, {"sample_rate": "16k"}]
+    bad = [
+        {"num_speakers": 2},
+        {"num_speakers": 99},
+        {"snr_db": [10, 5]},
+        {"snr_db": 5},
+        {"noisy_fraction": 1.5},
+        {"seed": -1},
+        {"seed": 1.5},
+        {"num_utterances": 3},
+        {"sessions_per_speaker": 0},
+        {"max_duration": 1.0},
+        {"dev_speakers": 0},
+        {"code_switch_fraction": 0.7, "long_fraction": 0.5},
+        {"sample_rate": "16k"},
+    ]
     for kwargs in bad:
         with pytest.raises(ValueError, match="SyntheticCorpusConfig"):
             SyntheticCorpusConfig(**kwargs)

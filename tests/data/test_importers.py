@@ -3,22 +3,22 @@ from pathlib import Path
 
 import pytest
 
-from asrflow.data.cuts import field, origin, text
+from asrflow.data.cuts import field, origin, save_cuts, text
 from asrflow.data.importers import import_kaldi, import_lhotse, import_manifest, import_nemo
-from asrflow.data.cuts import save_cuts
 from asrflow.errors import AsrflowError
 from tests.conftest import write_wav
 
 
-def test_nemo_import_keeps_fields_and_resolves_paths_against_manifest(nemo_corpus, tmp_path,
-                                                                     monkeypatch):
+def test_nemo_import_keeps_fields_and_resolves_paths_against_manifest(
+    nemo_corpus, tmp_path, monkeypatch
+):
     manifests = nemo_corpus()
     monkeypatch.chdir(tmp_path.parent)  # the working directory must not matter
     cuts = import_nemo(manifests["train"])
     assert len(cuts) == 9
     cut = cuts[0]
     assert cut.id == "train-a-0"
-    assert cut.recording.sources[0].source == str((tmp_path / "corpus/audio/train-a-0.wav"))
+    assert cut.recording.sources[0].source == str(tmp_path / "corpus/audio/train-a-0.wav")
     assert cut.sampling_rate == 16000
     assert cut.duration == pytest.approx(1.0)
     assert text(cut) == "hello a number zero"
@@ -86,7 +86,9 @@ def test_kaldi_import_rejects_missing_audio(tmp_path):
     write_wav(tmp_path / "r1.wav", 1.0)
     (d / "wav.scp").write_text(f"r1 {tmp_path / 'r1.wav'}\nr2 {tmp_path / 'nope.wav'}\n")
     (d / "text").write_text("r1 hi\nr2 ho\n")
-    with pytest.raises(AsrflowError, match=r"wav.scp:2: audio .*nope.wav of recording r2 does not exist"):
+    with pytest.raises(
+        AsrflowError, match=r"wav.scp:2: audio .*nope.wav of recording r2 does not exist"
+    ):
         import_kaldi(d, sampling_rate=16000)
 
 

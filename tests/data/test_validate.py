@@ -30,16 +30,29 @@ def test_clean_corpus_passes(nemo_corpus):
     "mutate, code, split, line",
     [
         (lambda r: r["test"][1].update(text="   "), "empty_text", "test", 2),
-        (lambda r: r["dev"][2].update(duration=r["dev"][2]["duration"] + 0.4),
-         "duration_mismatch", "dev", 3),
-        (lambda r: r["train"][4].update(duration=r["train"][4]["duration"] - 0.3),
-         "duration_mismatch", "train", 5),
+        (
+            lambda r: r["dev"][2].update(duration=r["dev"][2]["duration"] + 0.4),
+            "duration_mismatch",
+            "dev",
+            3,
+        ),
+        (
+            lambda r: r["train"][4].update(duration=r["train"][4]["duration"] - 0.3),
+            "duration_mismatch",
+            "train",
+            5,
+        ),
         (lambda r: r["train"][3].update(utt_id="train-a-0"), "duplicate_id", "train", 4),
         (lambda r: r["test"][0].update(speaker="a"), "group_in_two_splits", "test", 1),
         (lambda r: r["dev"][0].update(session="b_s1"), "group_in_two_splits", "dev", 1),
-        (lambda r: r["test"][0].update(audio_filepath=r["train"][0]["audio_filepath"],
-                                       duration=r["train"][0]["duration"]),
-         "audio_in_two_splits", "test", 1),
+        (
+            lambda r: r["test"][0].update(
+                audio_filepath=r["train"][0]["audio_filepath"], duration=r["train"][0]["duration"]
+            ),
+            "audio_in_two_splits",
+            "test",
+            1,
+        ),
         (lambda r: r["test"][2].update(offset=1.0), "segment_outside", "test", 3),
     ],
 )
@@ -87,7 +100,7 @@ def test_full_decode_catches_corrupt_compressed_audio(tmp_path):
     splits = {"train": import_nemo(manifest)}
     raw = bytearray(audio.read_bytes())
     middle = len(raw) // 2
-    raw[middle:middle + 2000] = bytes(2000)
+    raw[middle : middle + 2000] = bytes(2000)
     audio.write_bytes(bytes(raw))
     assert validate_splits("c", splits).ok  # the header alone looks fine
     report = validate_splits("c", splits, ValidationConfig(full_decode=True))

@@ -66,8 +66,12 @@ class _Library:
             _ctypes.dlclose(ctypes.CDLL(copy)._handle)  # fails where the temp dir is noexec
             self.path = copy
         except OSError as exc:
-            logger.warning("eSpeak NG: no private library copy (%s); using %s, whose state "
-                           "other users in this process may share", exc, source)
+            logger.warning(
+                "eSpeak NG: no private library copy (%s); using %s, whose state "
+                "other users in this process may share",
+                exc,
+                source,
+            )
         libc = ctypes.CDLL(None)
         libc.srand.argtypes = [ctypes.c_uint]
         libc.srand.restype = None
@@ -102,8 +106,14 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
     lib.espeak_ng_SetRandSeed.restype = ctypes.c_int
     lib.espeak_Synth.argtypes = [
-        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
-        ctypes.c_uint, ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_uint,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.POINTER(ctypes.c_uint),
+        ctypes.c_void_p,
     ]
     lib.espeak_Synth.restype = ctypes.c_int
 
@@ -173,7 +183,9 @@ def synthesize(
         if lib.espeak_SetVoiceByName(voice.encode()) != 0:
             raise EspeakError(f"unknown eSpeak voice {voice!r}")
         for param, value in (
-            (_PARAM_RATE, rate), (_PARAM_VOLUME, 100), (_PARAM_PITCH, pitch),
+            (_PARAM_RATE, rate),
+            (_PARAM_VOLUME, 100),
+            (_PARAM_PITCH, pitch),
             (_PARAM_RANGE, pitch_range),
         ):
             if lib.espeak_SetParameter(param, int(value), 0) != 0:

@@ -27,68 +27,316 @@ from asrflow.types import Hz, Pathlike, Seconds
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
-NAMES = ("maria", "oliver", "james", "sofia", "daniel", "emma", "lucas", "anna", "peter", "laura",
-         "david", "sarah")
+NAMES = (
+    "maria",
+    "oliver",
+    "james",
+    "sofia",
+    "daniel",
+    "emma",
+    "lucas",
+    "anna",
+    "peter",
+    "laura",
+    "david",
+    "sarah",
+)
 """Person names; an utterance has ``has_entity`` true exactly when it contains one of them."""
 EN_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4")
 NOISE_KINDS = ("pink", "brown", "babble")
 MAX_SPEAKERS = 3 * len(EN_VARIANTS)
 
-_PEOPLE = ("she", "he", "my brother", "my sister", "the teacher", "our neighbour", "the driver",
-           "my friend", "the doctor", "the old man", "the little girl", "everyone")
-_NOUNS = ("apple", "bag", "ball", "basket", "bike", "bird", "boat", "book", "bottle", "box",
-          "bread", "bus", "cake", "camera", "candle", "car", "card", "cat", "chair", "clock",
-          "coat", "cup", "desk", "dog", "door", "egg", "flower", "glass", "hat", "horse", "house",
-          "jacket", "key", "lamp", "lemon", "letter", "map", "pen", "pencil", "phone", "picture",
-          "pillow", "plate", "radio", "ring", "shirt", "shoe", "spoon", "stone", "table", "ticket",
-          "train", "tree", "wallet", "window")
-_ADJECTIVES = ("big", "small", "red", "blue", "green", "yellow", "black", "white", "old", "new",
-               "warm", "cold", "heavy", "light", "clean", "dirty", "quiet", "loud", "bright",
-               "dark", "short", "long", "empty", "full", "soft", "hard", "sweet", "fresh", "broken",
-               "round", "tall", "cheap", "tiny", "strange", "simple", "wooden", "lovely")
-_VERBS = {"bring": "brought", "buy": "bought", "carry": "carried", "clean": "cleaned",
-          "close": "closed", "cook": "cooked", "find": "found", "fix": "fixed", "hold": "held",
-          "keep": "kept", "leave": "left", "move": "moved", "open": "opened", "paint": "painted",
-          "push": "pushed", "sell": "sold", "send": "sent", "show": "showed", "take": "took",
-          "wash": "washed", "watch": "watched", "want": "wanted", "see": "saw", "like": "liked",
-          "drop": "dropped", "check": "checked", "borrow": "borrowed", "draw": "drew",
-          "pack": "packed", "fill": "filled"}
-_PLACES = ("kitchen", "garden", "station", "market", "library", "office", "school", "park",
-           "hospital", "museum", "bank", "hotel", "airport", "restaurant", "bakery", "beach",
-           "village", "city", "bridge", "street", "corner", "shop", "farm", "harbour", "cinema")
-_PAST = ("yesterday", "last night", "last week", "this morning", "on monday", "on friday",
-         "two days ago", "after lunch")
-_FUTURE = ("today", "tomorrow", "tonight", "next week", "on sunday", "this evening",
-           "after dinner", "before noon", "later")
-_NUMBERS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-            "twelve", "fifteen", "twenty", "thirty", "forty", "fifty")
+_PEOPLE = (
+    "she",
+    "he",
+    "my brother",
+    "my sister",
+    "the teacher",
+    "our neighbour",
+    "the driver",
+    "my friend",
+    "the doctor",
+    "the old man",
+    "the little girl",
+    "everyone",
+)
+_NOUNS = (
+    "apple",
+    "bag",
+    "ball",
+    "basket",
+    "bike",
+    "bird",
+    "boat",
+    "book",
+    "bottle",
+    "box",
+    "bread",
+    "bus",
+    "cake",
+    "camera",
+    "candle",
+    "car",
+    "card",
+    "cat",
+    "chair",
+    "clock",
+    "coat",
+    "cup",
+    "desk",
+    "dog",
+    "door",
+    "egg",
+    "flower",
+    "glass",
+    "hat",
+    "horse",
+    "house",
+    "jacket",
+    "key",
+    "lamp",
+    "lemon",
+    "letter",
+    "map",
+    "pen",
+    "pencil",
+    "phone",
+    "picture",
+    "pillow",
+    "plate",
+    "radio",
+    "ring",
+    "shirt",
+    "shoe",
+    "spoon",
+    "stone",
+    "table",
+    "ticket",
+    "train",
+    "tree",
+    "wallet",
+    "window",
+)
+_ADJECTIVES = (
+    "big",
+    "small",
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "black",
+    "white",
+    "old",
+    "new",
+    "warm",
+    "cold",
+    "heavy",
+    "light",
+    "clean",
+    "dirty",
+    "quiet",
+    "loud",
+    "bright",
+    "dark",
+    "short",
+    "long",
+    "empty",
+    "full",
+    "soft",
+    "hard",
+    "sweet",
+    "fresh",
+    "broken",
+    "round",
+    "tall",
+    "cheap",
+    "tiny",
+    "strange",
+    "simple",
+    "wooden",
+    "lovely",
+)
+_VERBS = {
+    "bring": "brought",
+    "buy": "bought",
+    "carry": "carried",
+    "clean": "cleaned",
+    "close": "closed",
+    "cook": "cooked",
+    "find": "found",
+    "fix": "fixed",
+    "hold": "held",
+    "keep": "kept",
+    "leave": "left",
+    "move": "moved",
+    "open": "opened",
+    "paint": "painted",
+    "push": "pushed",
+    "sell": "sold",
+    "send": "sent",
+    "show": "showed",
+    "take": "took",
+    "wash": "washed",
+    "watch": "watched",
+    "want": "wanted",
+    "see": "saw",
+    "like": "liked",
+    "drop": "dropped",
+    "check": "checked",
+    "borrow": "borrowed",
+    "draw": "drew",
+    "pack": "packed",
+    "fill": "filled",
+}
+_PLACES = (
+    "kitchen",
+    "garden",
+    "station",
+    "market",
+    "library",
+    "office",
+    "school",
+    "park",
+    "hospital",
+    "museum",
+    "bank",
+    "hotel",
+    "airport",
+    "restaurant",
+    "bakery",
+    "beach",
+    "village",
+    "city",
+    "bridge",
+    "street",
+    "corner",
+    "shop",
+    "farm",
+    "harbour",
+    "cinema",
+)
+_PAST = (
+    "yesterday",
+    "last night",
+    "last week",
+    "this morning",
+    "on monday",
+    "on friday",
+    "two days ago",
+    "after lunch",
+)
+_FUTURE = (
+    "today",
+    "tomorrow",
+    "tonight",
+    "next week",
+    "on sunday",
+    "this evening",
+    "after dinner",
+    "before noon",
+    "later",
+)
+_NUMBERS = (
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "fifteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+)
 _HOURS = ("one", *_NUMBERS[:11])
-_SHORT = ("hello", "good morning", "good night", "thank you", "yes", "no", "okay", "excuse me",
-          "see you later", "of course", "not yet", "goodbye", "sorry", "yes please", "no thanks",
-          "wait", "stop", "help")
-_SPANISH = ("hasta luego", "muchas gracias", "por favor", "buenas noches", "buenas tardes",
-            "de nada", "mucho gusto", "con permiso", "vamos a la playa", "la casa es grande",
-            "tengo hambre", "el perro es bonito", "hola amigo", "nos vemos", "muy bien",
-            "todo bien", "un momento", "la cuenta por favor", "el libro rojo", "vamos amigos",
-            "gracias por todo", "hasta la vista")
+_SHORT = (
+    "hello",
+    "good morning",
+    "good night",
+    "thank you",
+    "yes",
+    "no",
+    "okay",
+    "excuse me",
+    "see you later",
+    "of course",
+    "not yet",
+    "goodbye",
+    "sorry",
+    "yes please",
+    "no thanks",
+    "wait",
+    "stop",
+    "help",
+)
+_SPANISH = (
+    "hasta luego",
+    "muchas gracias",
+    "por favor",
+    "buenas noches",
+    "buenas tardes",
+    "de nada",
+    "mucho gusto",
+    "con permiso",
+    "vamos a la playa",
+    "la casa es grande",
+    "tengo hambre",
+    "el perro es bonito",
+    "hola amigo",
+    "nos vemos",
+    "muy bien",
+    "todo bien",
+    "un momento",
+    "la cuenta por favor",
+    "el libro rojo",
+    "vamos amigos",
+    "gracias por todo",
+    "hasta la vista",
+)
 """Spanish phrases, chosen so that their accent-free spelling is correct Spanish."""
 _CONNECTORS = ("and", "and then", "so", "but")
 _TEMPLATES = (
-    "{short}", "{num}", "{num} {nouns}", "the {adj} {noun}", "hello {name}", "thank you {name}",
-    "{name} is here", "call {name} {future}", "where is {name}", "{who} {verbed} the {noun}",
-    "{who} {verbed} the {adj} {noun} {past}", "please {verb} the {noun}",
-    "please {verb} the {adj} {noun} {future}", "can you {verb} the {noun} to the {place}",
-    "the {noun} is {adj}", "the {noun} in the {place} is very {adj}",
-    "i saw {num} {nouns} near the {place}", "{who} will meet us at the {place} {future}",
-    "we need {num} {adj} {nouns} for the {place}", "where is the {adj} {noun}",
-    "is the {noun} still in the {place}", "turn {dir} at the {place}",
-    "the bus to the {place} leaves at {hour}", "it costs {num} dollars",
-    "{who} wants to {verb} the {noun} {future}", "do not {verb} the {adj} {noun}",
-    "there are {num} {nouns} on the {noun2}", "we went to the {place} {past}",
-    "{who} told me that the {noun} was {adj}", "put the {adj} {noun} next to the {noun2}",
-    "how many {nouns} did you {verb}", "{who} and i {verbed} {num} {nouns} at the {place} {past}",
+    "{short}",
+    "{num}",
+    "{num} {nouns}",
+    "the {adj} {noun}",
+    "hello {name}",
+    "thank you {name}",
+    "{name} is here",
+    "call {name} {future}",
+    "where is {name}",
+    "{who} {verbed} the {noun}",
+    "{who} {verbed} the {adj} {noun} {past}",
+    "please {verb} the {noun}",
+    "please {verb} the {adj} {noun} {future}",
+    "can you {verb} the {noun} to the {place}",
+    "the {noun} is {adj}",
+    "the {noun} in the {place} is very {adj}",
+    "i saw {num} {nouns} near the {place}",
+    "{who} will meet us at the {place} {future}",
+    "we need {num} {adj} {nouns} for the {place}",
+    "where is the {adj} {noun}",
+    "is the {noun} still in the {place}",
+    "turn {dir} at the {place}",
+    "the bus to the {place} leaves at {hour}",
+    "it costs {num} dollars",
+    "{who} wants to {verb} the {noun} {future}",
+    "do not {verb} the {adj} {noun}",
+    "there are {num} {nouns} on the {noun2}",
+    "we went to the {place} {past}",
+    "{who} told me that the {noun} was {adj}",
+    "put the {adj} {noun} next to the {noun2}",
+    "how many {nouns} did you {verb}",
+    "{who} and i {verbed} {num} {nouns} at the {place} {past}",
     "{who} said we should {verb} the {adj} {noun} at the {place} {future}",
-    "my {noun} is {adj} and {adj2}", "{who} lives near the {place}",
+    "my {noun} is {adj} and {adj2}",
+    "{who} lives near the {place}",
 )
 _ENTITY_TEMPLATES = tuple(t for t in _TEMPLATES if "{who}" in t or "{name}" in t)
 _PLAIN_TEMPLATES = tuple(t for t in _TEMPLATES if "{name}" not in t)
@@ -134,35 +382,48 @@ class SyntheticCorpusConfig:
             return isinstance(value, kind) and not isinstance(value, bool)
 
         snr = self.snr_db
-        kinds = {f.name: int if type(f.default) is int else int | float
-                 for f in fields(self) if type(f.default) in (int, float)}
+        kinds = {
+            f.name: int if type(f.default) is int else int | float
+            for f in fields(self)
+            if type(f.default) in (int, float)
+        }
         wrong = [n for n, kind in kinds.items() if not is_number(getattr(self, n), kind)]
         if not (isinstance(snr, list | tuple) and len(snr) == 2 and all(map(is_number, snr))):
             wrong.append("snr_db")
         if wrong:
-            raise ValueError(f"SyntheticCorpusConfig: wrong type for "
-                             f"{', '.join(f'{n}={getattr(self, n)!r}' for n in wrong)} (counts must "
-                             f"be integers, fractions and seconds numbers, snr_db [low, high])")
+            raise ValueError(
+                f"SyntheticCorpusConfig: wrong type for "
+                f"{', '.join(f'{n}={getattr(self, n)!r}' for n in wrong)} (counts must "
+                f"be integers, fractions and seconds numbers, snr_db [low, high])"
+            )
         for name, kind in kinds.items():
             if kind is not int:
                 object.__setattr__(self, name, float(getattr(self, name)))
         object.__setattr__(self, "snr_db", (float(snr[0]), float(snr[1])))
         held_out = self.dev_speakers + self.test_speakers
-        fractions = {n: getattr(self, n) for n in ("noisy_fraction", "entity_fraction",
-                                                   "code_switch_fraction", "long_fraction")}
+        fractions = {
+            n: getattr(self, n)
+            for n in ("noisy_fraction", "entity_fraction", "code_switch_fraction", "long_fraction")
+        }
         checks = (
             (self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
             (self.snr_db[0] <= self.snr_db[1], f"snr_db must be [low, high], got {self.snr_db}"),
             (8000 <= self.sample_rate <= 48000, f"sample_rate {self.sample_rate} not in 8k..48k"),
             (1 <= self.sessions_per_speaker <= 9, "sessions_per_speaker must be in 1..9"),
             (min(self.dev_speakers, self.test_speakers) >= 1, "dev/test_speakers must be >= 1"),
-            (held_out < self.num_speakers <= MAX_SPEAKERS,
-             f"num_speakers {self.num_speakers} not in {held_out + 1}..{MAX_SPEAKERS}"),
-            (self.num_utterances >= self.num_speakers,
-             f"num_utterances ({self.num_utterances}) must be >= num_speakers"),
+            (
+                held_out < self.num_speakers <= MAX_SPEAKERS,
+                f"num_speakers {self.num_speakers} not in {held_out + 1}..{MAX_SPEAKERS}",
+            ),
+            (
+                self.num_utterances >= self.num_speakers,
+                f"num_utterances ({self.num_utterances}) must be >= num_speakers",
+            ),
             (all(0.0 <= v <= 1.0 for v in fractions.values()), f"not in [0, 1]: {fractions}"),
-            (self.code_switch_fraction + self.long_fraction <= 1.0,
-             "code_switch_fraction + long_fraction must be <= 1"),
+            (
+                self.code_switch_fraction + self.long_fraction <= 1.0,
+                "code_switch_fraction + long_fraction must be <= 1",
+            ),
             (5.0 <= self.max_duration <= 120.0, f"max_duration {self.max_duration} not in 5..120"),
         )
         for ok, message in checks:
@@ -227,23 +488,31 @@ def plan_speakers(config: SyntheticCorpusConfig) -> list[SpeakerPlan]:
     variants = [EN_VARIANTS[i] for i in rng.permutation(len(EN_VARIANTS))]
     order = [int(k) for k in rng.permutation(config.num_speakers)]
     split_of = dict.fromkeys(order[: config.dev_speakers], "dev")
-    split_of |= dict.fromkeys(order[config.dev_speakers:][: config.test_speakers], "test")
+    split_of |= dict.fromkeys(order[config.dev_speakers :][: config.test_speakers], "test")
     speakers = []
     for k in range(config.num_speakers):
         variant = variants[k % len(variants)]
         pitch = (35, 55, 25)[k // len(variants)] + int(rng.integers(0, 16))  # same variant: apart
         rate = int(rng.integers(145, 196))
-        sessions = tuple(Session(
-            session=f"spk{k:02d}_s{s + 1}",
-            rate=int(np.clip(rate + rng.integers(-12, 13), 130, 210)),
-            pitch=int(np.clip(pitch + rng.integers(-4, 5), 20, 80)),
-            gain_db=round(float(rng.uniform(-6.0, 0.0)), 2),
-        ) for s in range(config.sessions_per_speaker))
-        speakers.append(SpeakerPlan(
-            speaker=f"spk{k:02d}", voice=f"en+{variant}", spanish_voice=f"es+{variant}",
-            pitch_range=int(rng.integers(35, 76)), split=split_of.get(k, "train"),
-            sessions=sessions,
-        ))
+        sessions = tuple(
+            Session(
+                session=f"spk{k:02d}_s{s + 1}",
+                rate=int(np.clip(rate + rng.integers(-12, 13), 130, 210)),
+                pitch=int(np.clip(pitch + rng.integers(-4, 5), 20, 80)),
+                gain_db=round(float(rng.uniform(-6.0, 0.0)), 2),
+            )
+            for s in range(config.sessions_per_speaker)
+        )
+        speakers.append(
+            SpeakerPlan(
+                speaker=f"spk{k:02d}",
+                voice=f"en+{variant}",
+                spanish_voice=f"es+{variant}",
+                pitch_range=int(rng.integers(35, 76)),
+                split=split_of.get(k, "train"),
+                sessions=sessions,
+            )
+        )
     return speakers
 
 
@@ -253,12 +522,22 @@ def _sentence(rng: np.random.Generator, entity: bool, min_words: int = 1) -> lis
         template = _pick(rng, _ENTITY_TEMPLATES if entity else _PLAIN_TEMPLATES)
         name, verb, noun = _pick(rng, NAMES), _pick(rng, tuple(_VERBS)), _pick(rng, _NOUNS)
         words = template.format(
-            who=name if entity else _pick(rng, _PEOPLE), name=name, verb=verb,
-            verbed=_VERBS[verb], noun=noun, noun2=_pick(rng, _NOUNS),
+            who=name if entity else _pick(rng, _PEOPLE),
+            name=name,
+            verb=verb,
+            verbed=_VERBS[verb],
+            noun=noun,
+            noun2=_pick(rng, _NOUNS),
             nouns=noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s"),
-            adj=_pick(rng, _ADJECTIVES), adj2=_pick(rng, _ADJECTIVES), place=_pick(rng, _PLACES),
-            past=_pick(rng, _PAST), future=_pick(rng, _FUTURE), num=_pick(rng, _NUMBERS),
-            hour=_pick(rng, _HOURS), dir=_pick(rng, ("left", "right")), short=_pick(rng, _SHORT),
+            adj=_pick(rng, _ADJECTIVES),
+            adj2=_pick(rng, _ADJECTIVES),
+            place=_pick(rng, _PLACES),
+            past=_pick(rng, _PAST),
+            future=_pick(rng, _FUTURE),
+            num=_pick(rng, _NUMBERS),
+            hour=_pick(rng, _HOURS),
+            dir=_pick(rng, ("left", "right")),
+            short=_pick(rng, _SHORT),
         ).split()
         if len(words) >= min_words:
             return words
@@ -298,15 +577,21 @@ def plan_utterances(config: SyntheticCorpusConfig) -> list[UtterancePlan]:
                 words += _pick(rng, _CONNECTORS).split() + _sentence(rng, False, min_words=4)
         while i in switch_ids and len(words) > 8:
             words = _sentence(rng, i in entity_ids)
-        plans.append(UtterancePlan(
-            utt_id=f"{session.session}_{i:05d}", speaker=spk, session=session,
-            words=tuple(words),
-            spanish=tuple(_pick(rng, _SPANISH).split()) if i in switch_ids else (),
-            spanish_first=bool(rng.integers(2)), is_long=i in long_ids,
-            condition="noisy" if i in noisy_ids else "clean",
-            snr_db=round(float(rng.uniform(*config.snr_db)), 2),
-            noise_kind=_pick(rng, NOISE_KINDS), synth_seed=int(rng.integers(1, 2**31 - 1)),
-        ))
+        plans.append(
+            UtterancePlan(
+                utt_id=f"{session.session}_{i:05d}",
+                speaker=spk,
+                session=session,
+                words=tuple(words),
+                spanish=tuple(_pick(rng, _SPANISH).split()) if i in switch_ids else (),
+                spanish_first=bool(rng.integers(2)),
+                is_long=i in long_ids,
+                condition="noisy" if i in noisy_ids else "clean",
+                snr_db=round(float(rng.uniform(*config.snr_db)), 2),
+                noise_kind=_pick(rng, NOISE_KINDS),
+                synth_seed=int(rng.integers(1, 2**31 - 1)),
+            )
+        )
     return plans
 
 
@@ -325,7 +610,9 @@ def mix_at_snr(speech: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarr
     return speech + np.sqrt(p_speech / (p_noise * 10.0 ** (snr_db / 10.0))) * noise
 
 
-def coloured_noise(rng: np.random.Generator, n: int, sample_rate: Hz, exponent: float) -> np.ndarray:
+def coloured_noise(
+    rng: np.random.Generator, n: int, sample_rate: Hz, exponent: float
+) -> np.ndarray:
     """Unit-RMS noise with power spectrum ~ 1/f**exponent (1: pink, 2: brown), above 40 Hz."""
     spectrum = np.fft.rfft(rng.standard_normal(n))
     freqs = np.fft.rfftfreq(n, d=1.0 / sample_rate)
@@ -334,8 +621,9 @@ def coloured_noise(rng: np.random.Generator, n: int, sample_rate: Hz, exponent: 
     return x / (np.sqrt(np.mean(x**2)) + 1e-12)
 
 
-def _speak(text: str, voice: str, rate: int, pitch: int, pitch_range: int, seed: int,
-           sample_rate: Hz) -> np.ndarray:
+def _speak(
+    text: str, voice: str, rate: int, pitch: int, pitch_range: int, seed: int, sample_rate: Hz
+) -> np.ndarray:
     samples = synthesize(text, voice, rate, pitch, pitch_range, seed=seed)
     return resample(samples, native_sample_rate(), sample_rate)
 
@@ -349,9 +637,17 @@ def _babble_tracks(config: SyntheticCorpusConfig, talkers: int = 4) -> tuple[np.
     for _ in range(talkers):
         voice, pieces = f"en+{_pick(rng, EN_VARIANTS)}", [np.zeros(0)]
         while sum(len(p) for p in pieces) < length:
-            pieces.append(_speak(" ".join(_sentence(rng, False)), voice,
-                                 int(rng.integers(140, 200)), int(rng.integers(25, 75)), 50,
-                                 int(rng.integers(1, 2**31 - 1)), config.sample_rate))
+            pieces.append(
+                _speak(
+                    " ".join(_sentence(rng, False)),
+                    voice,
+                    int(rng.integers(140, 200)),
+                    int(rng.integers(25, 75)),
+                    50,
+                    int(rng.integers(1, 2**31 - 1)),
+                    config.sample_rate,
+                )
+            )
         track = np.concatenate(pieces)[:length]
         tracks.append(track / (np.sqrt(np.mean(track**2)) + 1e-12))
     return tuple(tracks)
@@ -362,7 +658,7 @@ def babble(config: SyntheticCorpusConfig, rng: np.random.Generator, n: int) -> n
     out = np.zeros(n)
     for track in _babble_tracks(config):
         start = int(rng.integers(0, len(track) - n + 1))
-        out += track[start:start + n]
+        out += track[start : start + n]
     return out
 
 
@@ -379,8 +675,12 @@ def render(plan: UtterancePlan, config: SyntheticCorpusConfig) -> tuple[np.ndarr
         if plan.spanish:
             spanish = (" ".join(plan.spanish), spk.spanish_voice)
             parts = [spanish, parts[0]] if plan.spanish_first else [parts[0], spanish]
-        audio = np.concatenate([_speak(text, voice, ses.rate, ses.pitch, spk.pitch_range,
-                                       plan.synth_seed, sr) for text, voice in parts])
+        audio = np.concatenate(
+            [
+                _speak(text, voice, ses.rate, ses.pitch, spk.pitch_range, plan.synth_seed, sr)
+                for text, voice in parts
+            ]
+        )
         audio = np.pad(audio, (0, -len(audio) % quantum))
         seconds = len(audio) / sr
         if seconds <= config.max_duration:
@@ -392,8 +692,11 @@ def render(plan: UtterancePlan, config: SyntheticCorpusConfig) -> tuple[np.ndarr
     audio *= 10.0 ** (ses.gain_db / 20.0)
     if plan.condition == "noisy":
         rng = np.random.default_rng([config.seed, 2, plan.synth_seed])
-        noise = (babble(config, rng, len(audio)) if plan.noise_kind == "babble" else
-                 coloured_noise(rng, len(audio), sr, 1.0 if plan.noise_kind == "pink" else 2.0))
+        noise = (
+            babble(config, rng, len(audio))
+            if plan.noise_kind == "babble"
+            else coloured_noise(rng, len(audio), sr, 1.0 if plan.noise_kind == "pink" else 2.0)
+        )
         audio = mix_at_snr(audio, noise, plan.snr_db)
     peak = float(np.max(np.abs(audio), initial=0.0))
     if peak > 32000.0:
@@ -423,18 +726,26 @@ def generate_corpus(
         duration = round(len(samples) / config.sample_rate, 4)
         total += duration
         record = {
-            "audio_filepath": rel, "duration": duration, "text": text,
-            "speaker": plan.speaker.speaker, "session": plan.session.session,
-            "condition": plan.condition, "has_entity": any(w in NAMES for w in text.split()),
-            "code_switch": plan.code_switch, "utt_id": plan.utt_id,
+            "audio_filepath": rel,
+            "duration": duration,
+            "text": text,
+            "speaker": plan.speaker.speaker,
+            "session": plan.session.session,
+            "condition": plan.condition,
+            "has_entity": any(w in NAMES for w in text.split()),
+            "code_switch": plan.code_switch,
+            "utt_id": plan.utt_id,
         }
         lines[plan.split].append(json.dumps(record, ensure_ascii=False) + "\n")
     manifests = {split: out / f"{split}.jsonl" for split in SPLITS}
     for split, path in manifests.items():
         write_text(path, "".join(lines[split]))
     logger.info(
-        "synthetic corpus: %d utterances (%s), %.2f h of audio, in %.1f s -> %s", len(plans),
-        ", ".join(f"{s} {len(lines[s])}" for s in SPLITS), total / 3600.0,
-        time.perf_counter() - start, out,
+        "synthetic corpus: %d utterances (%s), %.2f h of audio, in %.1f s -> %s",
+        len(plans),
+        ", ".join(f"{s} {len(lines[s])}" for s in SPLITS),
+        total / 3600.0,
+        time.perf_counter() - start,
+        out,
     )
     return manifests

@@ -43,7 +43,9 @@ def load_cuts(path: Pathlike) -> CutSet:
 def supervision(cut: Cut):
     """The single supervision of an asrflow cut."""
     if len(cut.supervisions) != 1:
-        raise ValueError(f"cut {cut.id}: expected exactly one supervision, got {len(cut.supervisions)}")
+        raise ValueError(
+            f"cut {cut.id}: expected exactly one supervision, got {len(cut.supervisions)}"
+        )
     return cut.supervisions[0]
 
 
@@ -53,7 +55,7 @@ def text(cut: Cut) -> str:
 
 
 def field(cut: Cut, name: str, default: Any = None) -> Any:
-    """A manifest field of a cut: ``speaker``, ``text``, ``id``, ``duration`` or any custom field."""
+    """A manifest field of a cut: ``speaker``, ``text``, ``id``, ``duration`` or a custom one."""
     sup = supervision(cut)
     if name == "speaker":
         return sup.speaker

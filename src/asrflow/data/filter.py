@@ -103,7 +103,8 @@ class FilterConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise AsrflowError(
-                f"filter: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                f"filter: unknown setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
             )
         for k, v in d.items():
             if isinstance(v, str):  # "inf" as written by to_dict

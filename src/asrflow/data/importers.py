@@ -58,24 +58,25 @@ class AudioInfo:
 def read_audio_info(path: Pathlike) -> AudioInfo:
     """Read an audio header (no decode). Raises ``RuntimeError``/``OSError`` when it cannot."""
     info = soundfile.info(str(path))
-    return AudioInfo(sampling_rate=int(info.samplerate), num_samples=int(info.frames),
-                     channels=int(info.channels))
+    return AudioInfo(
+        sampling_rate=int(info.samplerate),
+        num_samples=int(info.frames),
+        channels=int(info.channels),
+    )
 
 
-def read_audio_infos(
-    paths: Iterable[str], threads: int = 16
-) -> dict[str, AudioInfo | Exception]:
+def read_audio_infos(paths: Iterable[str], threads: int = 16) -> dict[str, AudioInfo | Exception]:
     """Header-read many files in parallel; failures come back as the exception."""
 
     def one(path: str) -> AudioInfo | Exception:
         try:
             return read_audio_info(path)
-        except Exception as exc:  # noqa: BLE001 - reported per file by the caller
+        except Exception as exc:
             return exc
 
     unique = sorted(set(paths))
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return dict(zip(unique, pool.map(one, unique, chunksize=64)))
+        return dict(zip(unique, pool.map(one, unique, chunksize=64), strict=True))
 
 
 def _problem(location: str, message: str) -> str:
@@ -121,7 +122,11 @@ def _make_cut(
         custom=custom,
     )
     return MonoCut(
-        id=utt_id, start=offset, duration=duration, channel=0, recording=recording,
+        id=utt_id,
+        start=offset,
+        duration=duration,
+        channel=0,
+        recording=recording,
         supervisions=[sup],
     )
 
@@ -165,9 +170,13 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
             audio = Path(str(row["audio_filepath"])).expanduser()
             audio = audio if audio.is_absolute() else base / audio
             rows.append((lineno, row, str(audio)))
-    _raise_problems("NeMo manifest", manifest, problems,
-                    "Fix these lines (each must be a JSON object with audio_filepath, duration "
-                    "and text) or remove them.")
+    _raise_problems(
+        "NeMo manifest",
+        manifest,
+        problems,
+        "Fix these lines (each must be a JSON object with audio_filepath, duration "
+        "and text) or remove them.",
+    )
 
     infos = read_audio_infos((audio for _, _, audio in rows), threads=threads)
     cuts: list[MonoCut] = []
@@ -187,14 +196,25 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
         if "offset" in row:
             custom[SEGMENT] = True
         speaker = row.get("speaker")
-        cuts.append(_make_cut(
-            utt_id=utt_id, audio=audio, info=info, offset=offset,
-            duration=float(row["duration"]), text="" if row["text"] is None else str(row["text"]),
-            speaker=None if speaker is None else str(speaker), custom=custom,
-        ))
-    _raise_problems("NeMo manifest", manifest, problems,
-                    "Audio paths are resolved relative to the manifest's own directory "
-                    f"({base}). Fix the paths or remove the lines.")
+        cuts.append(
+            _make_cut(
+                utt_id=utt_id,
+                audio=audio,
+                info=info,
+                offset=offset,
+                duration=float(row["duration"]),
+                text="" if row["text"] is None else str(row["text"]),
+                speaker=None if speaker is None else str(speaker),
+                custom=custom,
+            )
+        )
+    _raise_problems(
+        "NeMo manifest",
+        manifest,
+        problems,
+        "Audio paths are resolved relative to the manifest's own directory "
+        f"({base}). Fix the paths or remove the lines.",
+    )
     log.info("imported %d utterances from %s", len(cuts), manifest)
     return cuts
 
@@ -232,19 +252,30 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
         if len(parts) < 2:
             problems.append(_problem(f"{wav_scp}:{lineno}", "expected '<recording-id> <path>'"))
         elif parts[1].rstrip().endswith("|"):
-            problems.append(_problem(f"{wav_scp}:{lineno}",
-                                     f"recording {parts[0]} is a pipe command, not a file"))
+            problems.append(
+                _problem(
+                    f"{wav_scp}:{lineno}", f"recording {parts[0]} is a pipe command, not a file"
+                )
+            )
         else:
             audio[parts[0]] = parts[1].strip()
     infos = read_audio_infos(audio.values(), threads=threads)
     problems += [
-        _problem(f"{wav_scp}:{scp_lines[rid]}", f"audio {path} of recording {rid} "
-                 + ("does not exist" if not Path(path).exists() else "cannot be opened"))
-        for rid, path in audio.items() if isinstance(infos[path], Exception)
+        _problem(
+            f"{wav_scp}:{scp_lines[rid]}",
+            f"audio {path} of recording {rid} "
+            + ("does not exist" if not Path(path).exists() else "cannot be opened"),
+        )
+        for rid, path in audio.items()
+        if isinstance(infos[path], Exception)
     ]
-    _raise_problems("Kaldi data dir", data_dir, problems,
-                    "List one readable audio file per recording in wav.scp (convert piped "
-                    "audio to files first, e.g. with sox).")
+    _raise_problems(
+        "Kaldi data dir",
+        data_dir,
+        problems,
+        "List one readable audio file per recording in wav.scp (convert piped "
+        "audio to files first, e.g. with sox).",
+    )
     recordings, supervisions, _ = load_kaldi_data_dir(
         data_dir, sampling_rate=sampling_rate, num_jobs=1, use_reco2dur=False
     )
@@ -261,12 +292,20 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
         audio = cut.recording.sources[0].source
         rec = cut.recording
         info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
-        out.append(_make_cut(
-            utt_id=utt_id, audio=audio, info=info, offset=cut.start, duration=cut.duration,
-            text=(sup.text if sup is not None else "") or "",
-            speaker=sup.speaker if sup is not None else None,
-            custom={ORIGIN: where, SEGMENT: True} if supervisions is not None else {ORIGIN: where},
-        ))
+        out.append(
+            _make_cut(
+                utt_id=utt_id,
+                audio=audio,
+                info=info,
+                offset=cut.start,
+                duration=cut.duration,
+                text=(sup.text if sup is not None else "") or "",
+                speaker=sup.speaker if sup is not None else None,
+                custom={ORIGIN: where, SEGMENT: True}
+                if supervisions is not None
+                else {ORIGIN: where},
+            )
+        )
     log.info("imported %d utterances from %s", len(out), data_dir)
     return out
 
@@ -280,7 +319,9 @@ def import_lhotse(manifest: Pathlike) -> list[MonoCut]:
     manifest = Path(manifest)
     out: list[MonoCut] = []
     for lineno, cut in enumerate(CutSet.from_file(manifest), start=1):
-        pieces = cut.trim_to_supervisions(keep_overlapping=False) if len(cut.supervisions) > 1 else [cut]
+        pieces = (
+            cut.trim_to_supervisions(keep_overlapping=False) if len(cut.supervisions) > 1 else [cut]
+        )
         for piece in pieces:
             sup = piece.supervisions[0] if piece.supervisions else None
             custom = dict(sup.custom or {}) if sup is not None else {}
@@ -290,12 +331,18 @@ def import_lhotse(manifest: Pathlike) -> list[MonoCut]:
                 custom[SEGMENT] = True
             audio = rec.sources[0].source
             info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
-            out.append(_make_cut(
-                utt_id=sup.id if sup is not None else piece.id, audio=audio, info=info,
-                offset=piece.start, duration=piece.duration,
-                text=(sup.text if sup is not None else "") or "",
-                speaker=sup.speaker if sup is not None else None, custom=custom,
-            ))
+            out.append(
+                _make_cut(
+                    utt_id=sup.id if sup is not None else piece.id,
+                    audio=audio,
+                    info=info,
+                    offset=piece.start,
+                    duration=piece.duration,
+                    text=(sup.text if sup is not None else "") or "",
+                    speaker=sup.speaker if sup is not None else None,
+                    custom=custom,
+                )
+            )
     log.info("imported %d utterances from %s", len(out), manifest)
     return out
 

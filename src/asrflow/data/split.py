@@ -70,6 +70,11 @@ def group_holdout(
     for group in pending:
         splits[TRAIN].extend(groups[group])
     for name, members in splits.items():
-        log.info("holdout by %s: %s gets %d utterances (%.1f%% of audio)", by, name,
-                 len(members), 100 * sum(c.duration for c in members) / total)
+        log.info(
+            "holdout by %s: %s gets %d utterances (%.1f%% of audio)",
+            by,
+            name,
+            len(members),
+            100 * sum(c.duration for c in members) / total,
+        )
     return splits

@@ -34,7 +34,8 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field as dc_field
+from dataclasses import asdict, dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from lhotse.qa import validate as lhotse_validate
 from asrflow.data.cuts import SEGMENT, field, origin, text
 from asrflow.data.importers import AudioInfo, read_audio_infos
 from asrflow.errors import ValidationFailed
+from asrflow.text import DEFAULT as DEFAULT_NORMALIZATION
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Seconds
 
@@ -53,9 +55,39 @@ log = logging.getLogger(__name__)
 Splits = Mapping[str, Sequence[Cut]]
 TRAIN = "train"
 NUMBER_WORDS = frozenset(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
-    "eighty ninety hundred thousand million".split()
+    [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+        "thirty",
+        "forty",
+        "fifty",
+        "sixty",
+        "seventy",
+        "eighty",
+        "ninety",
+        "hundred",
+        "thousand",
+        "million",
+    ]
 )
 EXAMPLES = 5
 
@@ -126,13 +158,18 @@ class Report:
         }
 
     def to_text(self, limit: int = 50) -> str:
-        lines = [f"Validation of corpus {self.corpus!r}: "
-                 f"{'PASSED' if self.ok else 'FAILED'} with {len(self.errors)} error(s), "
-                 f"{len(self.warnings)} warning(s)", ""]
+        lines = [
+            f"Validation of corpus {self.corpus!r}: "
+            f"{'PASSED' if self.ok else 'FAILED'} with {len(self.errors)} error(s), "
+            f"{len(self.warnings)} warning(s)",
+            "",
+        ]
         for name, stats in self.splits.items():
             rates = ", ".join(f"{sr} Hz: {n}" for sr, n in stats["sampling_rates"].items())
-            lines.append(f"  {name:>8}: {stats['utterances']} utterances, "
-                         f"{stats['hours']:.3f} h, {stats['speakers']} speakers ({rates})")
+            lines.append(
+                f"  {name:>8}: {stats['utterances']} utterances, "
+                f"{stats['hours']:.3f} h, {stats['speakers']} speakers ({rates})"
+            )
         for title, issues in (("Errors", self.errors), ("Warnings", self.warnings)):
             if issues:
                 lines += ["", f"{title}:"]
@@ -141,6 +178,9 @@ class Report:
                     lines.append(f"  ... and {len(issues) - limit} more (see the JSON report)")
         lines += ["", "Checks run: " + ", ".join(self.checks), ""]
         return "\n".join(lines)
+
+
+DEFAULT_CONFIG = ValidationConfig()
 
 
 def _issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
@@ -155,20 +195,21 @@ def _read_infos(splits: Splits, config: ValidationConfig) -> dict[str, AudioInfo
     paths = {_audio_path(c) for cuts in splits.values() for c in cuts}
     infos = read_audio_infos(paths, threads=config.threads)
     if config.full_decode:
+
         def decode(path: str) -> AudioInfo | Exception:
             info = infos[path]
             if isinstance(info, Exception):
                 return info
             try:
                 n = len(soundfile.read(path, dtype="int16", always_2d=True)[0])
-            except Exception as exc:  # noqa: BLE001 - reported per file
+            except Exception as exc:
                 return exc
             if n != info.num_samples:
                 return RuntimeError(f"decoded {n} samples, header says {info.num_samples}")
             return info
 
         with ThreadPoolExecutor(max_workers=max(1, config.threads)) as pool:
-            infos = dict(zip(infos, pool.map(decode, infos)))
+            infos = dict(zip(infos, pool.map(decode, infos), strict=True))
     return infos
 
 
@@ -179,12 +220,20 @@ def check_lhotse(splits: Splits, **_: Any) -> Iterable[Issue]:
             try:
                 lhotse_validate(cut)
             except AssertionError as exc:
-                yield _issue("error", "lhotse_invalid", split, cut, str(exc),
-                             "fix the manifest line (duration, offset or IDs)")
+                yield _issue(
+                    "error",
+                    "lhotse_invalid",
+                    split,
+                    cut,
+                    str(exc),
+                    "fix the manifest line (duration, offset or IDs)",
+                )
 
 
 def check_audio(
-    splits: Splits, infos: Mapping[str, AudioInfo | Exception], config: ValidationConfig,
+    splits: Splits,
+    infos: Mapping[str, AudioInfo | Exception],
+    config: ValidationConfig,
     **_: Any,
 ) -> Iterable[Issue]:
     """Audio opens, sampling rate as declared, duration matches, segment inside the file."""
@@ -195,25 +244,48 @@ def check_audio(
             info = infos[path]
             if isinstance(info, Exception):
                 what = "does not exist" if not Path(path).exists() else f"cannot be read: {info}"
-                yield _issue("error", "audio_unreadable", split, cut, f"audio {path} {what}",
-                             "fix the path or the file, or remove the line")
+                yield _issue(
+                    "error",
+                    "audio_unreadable",
+                    split,
+                    cut,
+                    f"audio {path} {what}",
+                    "fix the path or the file, or remove the line",
+                )
                 continue
             if info.sampling_rate != cut.sampling_rate:
-                yield _issue("error", "sampling_rate", split, cut,
-                             f"audio is {info.sampling_rate} Hz but the manifest says "
-                             f"{cut.sampling_rate} Hz", "re-import the corpus")
+                yield _issue(
+                    "error",
+                    "sampling_rate",
+                    split,
+                    cut,
+                    f"audio is {info.sampling_rate} Hz but the manifest says "
+                    f"{cut.sampling_rate} Hz",
+                    "re-import the corpus",
+                )
             actual = info.duration
             if not field(cut, SEGMENT):
                 if abs(cut.duration - actual) > tol:
-                    yield _issue("error", "duration_mismatch", split, cut,
-                                 f"declared duration {cut.duration:.3f} s but the audio lasts "
-                                 f"{actual:.3f} s (tolerance {tol} s)",
-                                 "correct the duration (or give an offset for a segment)")
+                    yield _issue(
+                        "error",
+                        "duration_mismatch",
+                        split,
+                        cut,
+                        f"declared duration {cut.duration:.3f} s but the audio lasts "
+                        f"{actual:.3f} s (tolerance {tol} s)",
+                        "correct the duration (or give an offset for a segment)",
+                    )
             elif cut.start + cut.duration > actual + tol:
-                yield _issue("error", "segment_outside", split, cut,
-                             f"offset {cut.start:.3f} s + duration {cut.duration:.3f} s = "
-                             f"{cut.start + cut.duration:.3f} s lies beyond the end of the audio "
-                             f"({actual:.3f} s)", "correct offset/duration or the audio path")
+                yield _issue(
+                    "error",
+                    "segment_outside",
+                    split,
+                    cut,
+                    f"offset {cut.start:.3f} s + duration {cut.duration:.3f} s = "
+                    f"{cut.start + cut.duration:.3f} s lies beyond the end of the audio "
+                    f"({actual:.3f} s)",
+                    "correct offset/duration or the audio path",
+                )
 
 
 def check_text(splits: Splits, **_: Any) -> Iterable[Issue]:
@@ -221,8 +293,14 @@ def check_text(splits: Splits, **_: Any) -> Iterable[Issue]:
     for split, cuts in splits.items():
         for cut in cuts:
             if not text(cut).strip():
-                yield _issue("error", "empty_text", split, cut, "empty transcript",
-                             "write the transcript or remove the line")
+                yield _issue(
+                    "error",
+                    "empty_text",
+                    split,
+                    cut,
+                    "empty transcript",
+                    "write the transcript or remove the line",
+                )
 
 
 def check_unique_ids(splits: Splits, **_: Any) -> Iterable[Issue]:
@@ -232,9 +310,14 @@ def check_unique_ids(splits: Splits, **_: Any) -> Iterable[Issue]:
         for cut in cuts:
             if cut.id in seen:
                 first_split, first_where = seen[cut.id]
-                yield _issue("error", "duplicate_id", split, cut,
-                             f"ID already used at {first_where} [{first_split}]",
-                             "give every utterance a unique ID (utt_id) or remove the duplicate")
+                yield _issue(
+                    "error",
+                    "duplicate_id",
+                    split,
+                    cut,
+                    f"ID already used at {first_where} [{first_split}]",
+                    "give every utterance a unique ID (utt_id) or remove the duplicate",
+                )
             else:
                 seen[cut.id] = (split, origin(cut))
 
@@ -247,9 +330,14 @@ def check_audio_leakage(splits: Splits, **_: Any) -> Iterable[Issue]:
             path = str(Path(_audio_path(cut)).resolve())
             first = owner.setdefault(path, (split, origin(cut)))
             if first[0] != split:
-                yield _issue("error", "audio_in_two_splits", split, cut,
-                             f"audio {path} is also used in split {first[0]} ({first[1]})",
-                             "keep each recording in one split only")
+                yield _issue(
+                    "error",
+                    "audio_in_two_splits",
+                    split,
+                    cut,
+                    f"audio {path} is also used in split {first[0]} ({first[1]})",
+                    "keep each recording in one split only",
+                )
 
 
 def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> Iterable[Issue]:
@@ -268,11 +356,16 @@ def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> I
                 names = sorted(by_split)
                 cut = by_split[names[-1]]
                 places = "; ".join(f"{s}: {origin(c)}" for s, c in sorted(by_split.items()))
-                yield Issue("error", "group_in_two_splits", names[-1], origin(cut),
-                            f"{name} {value}",
-                            f"{name} {value!r} occurs in splits {', '.join(names)} ({places})",
-                            f"move all of this {name}'s utterances into one split, or list "
-                            f"{name!r} in validation.allow_group_overlap if that is intended")
+                yield Issue(
+                    "error",
+                    "group_in_two_splits",
+                    names[-1],
+                    origin(cut),
+                    f"{name} {value}",
+                    f"{name} {value!r} occurs in splits {', '.join(names)} ({places})",
+                    f"move all of this {name}'s utterances into one split, or list "
+                    f"{name!r} in validation.allow_group_overlap if that is intended",
+                )
 
 
 def _convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
@@ -298,16 +391,21 @@ def check_conventions(
                 words.append(origin(cut))
     if upper and lower:
         yield _convention_issue(
-            "mixed_case", "all",
+            "mixed_case",
+            "all",
             f"{len(upper)} transcript(s) are all upper case (e.g. {', '.join(upper[:EXAMPLES])}) "
-            f"and {len(lower)} are not", "use one casing convention (scoring ignores case, but "
-            "an unnormalized model learns two spellings)")
+            f"and {len(lower)} are not",
+            "use one casing convention (scoring ignores case, but "
+            "an unnormalized model learns two spellings)",
+        )
     if digits and words:
         yield _convention_issue(
-            "digits_and_words", "all",
+            "digits_and_words",
+            "all",
             f"{len(digits)} transcript(s) write numbers as digits (e.g. "
             f"{', '.join(digits[:EXAMPLES])}) and {len(words)} as words",
-            "write numbers one way (usually words) in every split")
+            "write numbers one way (usually words) in every split",
+        )
     if TRAIN not in splits:
         return
     train_chars = {ch for c in splits[TRAIN] for ch in normalize(text(c), normalization)}
@@ -322,22 +420,29 @@ def check_conventions(
             chars = " ".join(repr(ch) for ch in sorted(unseen))
             example = next(iter(unseen.values()))[:EXAMPLES]
             yield _convention_issue(
-                "unseen_characters", split,
+                "unseen_characters",
+                split,
                 f"characters {chars} occur in {split} but never in train (e.g. "
-                f"{', '.join(example)})", "the model cannot emit them; normalize them away or "
-                "add training data that has them")
+                f"{', '.join(example)})",
+                "the model cannot emit them; normalize them away or "
+                "add training data that has them",
+            )
 
 
 CHECKS: tuple[Callable[..., Iterable[Issue]], ...] = (
-    check_lhotse, check_audio, check_text, check_unique_ids, check_audio_leakage,
-    check_group_leakage, check_conventions,
+    check_lhotse,
+    check_audio,
+    check_text,
+    check_unique_ids,
+    check_audio_leakage,
+    check_group_leakage,
+    check_conventions,
 )
 
 
 def _split_stats(cuts: Sequence[Cut], infos: Mapping[str, AudioInfo | Exception]) -> dict:
     rates = Counter(
-        info.sampling_rate for c in cuts
-        if not isinstance(info := infos[_audio_path(c)], Exception)
+        info.sampling_rate for c in cuts if not isinstance(info := infos[_audio_path(c)], Exception)
     )
     return {
         "utterances": len(cuts),
@@ -350,8 +455,8 @@ def _split_stats(cuts: Sequence[Cut], infos: Mapping[str, AudioInfo | Exception]
 def validate_splits(
     corpus: str,
     splits: Splits,
-    config: ValidationConfig = ValidationConfig(),
-    normalization: TextNormalization = TextNormalization(),
+    config: ValidationConfig = DEFAULT_CONFIG,
+    normalization: TextNormalization = DEFAULT_NORMALIZATION,
 ) -> Report:
     """Run every check over all splits of a corpus and return the report (never raises)."""
     infos = _read_infos(splits, config)
@@ -364,8 +469,9 @@ def validate_splits(
     for check in CHECKS:
         for issue in check(splits=splits, infos=infos, config=config, normalization=normalization):
             (report.errors if issue.severity == "error" else report.warnings).append(issue)
-    log.info("validated %s: %d errors, %d warnings", corpus, len(report.errors),
-             len(report.warnings))
+    log.info(
+        "validated %s: %d errors, %d warnings", corpus, len(report.errors), len(report.warnings)
+    )
     return report
 
 
@@ -374,8 +480,7 @@ def raise_on_errors(report: Report, limit: int = 20) -> None:
     if report.ok:
         return
     shown = "\n".join(f"  {i.format()}" for i in report.errors[:limit])
-    more = (f"\n  ... and {len(report.errors) - limit} more"
-            if len(report.errors) > limit else "")
+    more = f"\n  ... and {len(report.errors) - limit} more" if len(report.errors) > limit else ""
     raise ValidationFailed(
         f"corpus {report.corpus!r} failed validation with {len(report.errors)} error(s):\n"
         f"{shown}{more}\nFix the manifest lines named above (or the config) and rerun."
