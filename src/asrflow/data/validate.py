@@ -345,24 +345,27 @@ def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> I
     for name in config.group_fields:
         if name in config.allow_group_overlap:
             continue
-        where: dict[str, dict[str, Cut]] = defaultdict(dict)
+        where: dict[str, dict[str, list[Cut]]] = defaultdict(lambda: defaultdict(list))
         for split, cuts in splits.items():
             for cut in cuts:
                 value = field(cut, name)
                 if value not in (None, ""):
-                    where[str(value)].setdefault(split, cut)
+                    where[str(value)][split].append(cut)
         for value, by_split in sorted(where.items()):
             if len(by_split) > 1:
-                names = sorted(by_split)
-                cut = by_split[names[-1]]
-                places = "; ".join(f"{s}: {origin(c)}" for s, c in sorted(by_split.items()))
+                # point at the split holding the fewest of its utterances: the likely stray line
+                stray = min(sorted(by_split), key=lambda s: len(by_split[s]))
+                places = "; ".join(
+                    f"{s}: {len(cs)} utterance(s), e.g. {origin(cs[0])}"
+                    for s, cs in sorted(by_split.items())
+                )
                 yield Issue(
                     "error",
                     "group_in_two_splits",
-                    names[-1],
-                    origin(cut),
+                    stray,
+                    origin(by_split[stray][0]),
                     f"{name} {value}",
-                    f"{name} {value!r} occurs in splits {', '.join(names)} ({places})",
+                    f"{name} {value!r} occurs in splits {', '.join(sorted(by_split))} ({places})",
                     f"move all of this {name}'s utterances into one split, or list "
                     f"{name!r} in validation.allow_group_overlap if that is intended",
                 )

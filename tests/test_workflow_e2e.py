@@ -1,0 +1,221 @@
+"""End-to-end runs of the Snakemake workflow on a small demo corpus (marked slow).
+
+These are the issue's acceptance scenarios: the DAG runs, reruns schedule only what changed,
+planted manifest errors stop it naming the line, and `asrflow verify` catches a flipped byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from asrflow.cli import main as asrflow_main
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+DEMO_CONFIG = {
+    "corpora": {
+        "demo": {
+            "source": "synthetic",
+            "synthetic": {"num_utterances": 72, "seed": 5, "num_speakers": 6,
+                          "sessions_per_speaker": 2, "long_fraction": 0.0},
+        }
+    },
+    "tokenizers": {"demo_char": {"corpus": "demo", "model_type": "char"}},
+}
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml",
+         "--cores", "2", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def executed(proc: subprocess.CompletedProcess) -> set[str]:
+    """'rule[wildcards]' of every job a (non-dry) run executed."""
+    jobs, current = set(), None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):", line)
+        if m:
+            current = m.group(1)
+            jobs.add(current)
+            continue
+        w = re.match(r"^\s+wildcards: (.*)", line)
+        if w and current:
+            jobs.discard(current)
+            jobs.add(f"{current}[{w.group(1)}]")
+            current = None
+    jobs.discard("all")
+    return jobs
+
+
+def write_config(workdir: Path, config: dict) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("demo")
+    write_config(workdir, DEMO_CONFIG)
+    snakemake(workdir)
+    return workdir
+
+
+def test_demo_runs_through_the_data_half(demo):
+    assert (demo / "results/tokenizers/demo_char/tokens.txt").is_file()
+    report = json.loads((demo / "results/data/demo/validation.json").read_text())
+    assert report["ok"] and set(report["splits"]) == {"train", "dev", "test"}
+    for split in ("train", "dev", "test"):
+        assert (demo / f"results/data/demo/filtered/{split}.jsonl.gz").is_file()
+        assert (demo / f"results/data/demo/filtered/{split}.jsonl.gz.prov.json").is_file()
+    assert (demo / "logs/validate_corpus/demo.log").is_file()
+
+
+def test_rerun_with_unchanged_inputs_schedules_nothing(demo):
+    assert "Nothing to be done" in snakemake(demo, "-n").stdout + snakemake(demo, "-n").stderr
+
+
+def test_touch_without_change_reruns_nothing_downstream(demo):
+    os.utime(demo / "results/corpora/demo/test.jsonl")
+    ran = executed(snakemake(demo))
+    assert ran <= {"import_manifest[corpus=demo, split=test]"}, ran
+
+
+def test_changed_test_transcript_reruns_only_the_test_split(demo):
+    manifest = demo / "results/corpora/demo/test.jsonl"
+    original = manifest.read_text()
+    lines = original.splitlines()
+    row = json.loads(lines[2])
+    row["text"] += " again"
+    lines[2] = json.dumps(row)
+    untouched = [demo / "results/data/demo/filtered/train.jsonl.gz",
+                 demo / "results/tokenizers/demo_char/bpe.model"]
+    before = [p.stat().st_mtime_ns for p in untouched]
+    try:
+        manifest.write_text("\n".join(lines) + "\n")
+        ran = executed(snakemake(demo))
+        assert ran == {
+            "import_manifest[corpus=demo, split=test]",
+            "validate_corpus[corpus=demo]",
+            "filter_split[corpus=demo, split=test]",
+        }, ran
+        assert [p.stat().st_mtime_ns for p in untouched] == before
+    finally:
+        manifest.write_text(original)
+        snakemake(demo)
+
+
+def test_verify_flags_a_single_flipped_byte(demo, capsys):
+    assert asrflow_main(["verify", str(demo / "results")]) == 0
+    target = demo / "results/data/demo/filtered/dev.jsonl.gz"
+    data = bytearray(target.read_bytes())
+    stat = target.stat()
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    capsys.readouterr()
+    try:
+        assert asrflow_main(["verify", str(demo / "results")]) == 1
+        assert "filtered/dev.jsonl.gz" in capsys.readouterr().out
+    finally:
+        data[len(data) // 2] ^= 0x01
+        target.write_bytes(bytes(data))
+
+
+def copy_demo_manifests(demo: Path, dest: Path) -> dict[str, Path]:
+    """Copies of the demo manifests elsewhere, with absolute audio paths."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for split in ("train", "dev", "test"):
+        rows = [json.loads(x) for x in
+                (demo / f"results/corpora/demo/{split}.jsonl").read_text().splitlines()]
+        for r in rows:
+            r["audio_filepath"] = str(demo / "results/corpora/demo" / r["audio_filepath"])
+        out[split] = dest / f"{split}.jsonl"
+        out[split].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def planted_config(manifests: dict[str, Path]) -> dict:
+    return {"corpora": {"mine": {"source": "nemo",
+                                 "manifests": {k: str(v) for k, v in manifests.items()}}}}
+
+
+def edit(path: Path, line: int, **changes) -> None:
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[line - 1])
+    row.update(changes)
+    lines[line - 1] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_planted_validation_errors_stop_the_dag_naming_each_line(demo, tmp_path):
+    manifests = copy_demo_manifests(demo, tmp_path / "manifests")
+    train_speaker = json.loads(manifests["train"].read_text().splitlines()[0])["speaker"]
+    edit(manifests["test"], 3, text="  ")
+    dev_row = json.loads(manifests["dev"].read_text().splitlines()[4])
+    edit(manifests["dev"], 5, duration=dev_row["duration"] + 1.0)
+    edit(manifests["test"], 6, speaker=train_speaker)
+    first_id = json.loads(manifests["train"].read_text().splitlines()[0])["utt_id"]
+    edit(manifests["train"], 7, utt_id=first_id)
+    write_config(tmp_path / "run", planted_config(manifests))
+
+    proc = snakemake(tmp_path / "run", check=False)
+    assert proc.returncode != 0
+    log = (tmp_path / "run/logs/validate_corpus/mine.log").read_text()
+    for where, what in [
+        (f"{manifests['test']}:3", "empty transcript"),
+        (f"{manifests['dev']}:5", "declared duration"),
+        (f"{manifests['test']}:6", f"speaker {train_speaker!r} occurs in splits"),
+        (f"{manifests['train']}:7", "ID already used"),
+    ]:
+        assert re.search(re.escape(where) + r" .*" + re.escape(what), log), (where, log)
+    # a failed gate leaves nothing behind for downstream rules
+    assert not (tmp_path / "run/results/data/mine/validated").exists()
+    assert not (tmp_path / "run/results/data/mine/filtered").exists()
+
+
+def test_missing_audio_stops_the_import_naming_the_line(demo, tmp_path):
+    manifests = copy_demo_manifests(demo, tmp_path / "manifests")
+    edit(manifests["dev"], 2, audio_filepath=str(tmp_path / "nowhere.wav"))
+    write_config(tmp_path / "run", planted_config(manifests))
+    proc = snakemake(tmp_path / "run", check=False)
+    assert proc.returncode != 0
+    log = (tmp_path / "run/logs/import_manifest/mine/dev.log").read_text()
+    assert f"{manifests['dev']}:2: audio {tmp_path / 'nowhere.wav'} does not exist" in log
+    assert not (tmp_path / "run/results/data/mine/imported/dev.jsonl.gz").exists()
+
+
+def test_holdout_corpus_runs_and_keeps_speakers_apart(demo, tmp_path):
+    manifests = copy_demo_manifests(demo, tmp_path / "manifests")
+    everything = tmp_path / "manifests/all.jsonl"
+    everything.write_text("".join(p.read_text() for p in manifests.values()))
+    config = {"corpora": {"pooled": {
+        "source": "nemo",
+        "holdout": {"manifest": str(everything), "by": "speaker",
+                    "fractions": {"dev": 0.15, "test": 0.15}, "seed": 3},
+    }}}
+    write_config(tmp_path / "run", config)
+    snakemake(tmp_path / "run")
+    report = json.loads((tmp_path / "run/results/data/pooled/validation.json").read_text())
+    assert report["ok"]
+    assert sum(s["utterances"] for s in report["splits"].values()) == 72
+    shutil.rmtree(tmp_path / "run/results/corpora", ignore_errors=True)
