@@ -28,8 +28,13 @@ DEMO_CONFIG = {
     "corpora": {
         "demo": {
             "source": "synthetic",
-            "synthetic": {"num_utterances": 72, "seed": 5, "num_speakers": 6,
-                          "sessions_per_speaker": 2, "long_fraction": 0.0},
+            "synthetic": {
+                "num_utterances": 72,
+                "seed": 5,
+                "num_speakers": 6,
+                "sessions_per_speaker": 2,
+                "long_fraction": 0.0,
+            },
         }
     },
     "tokenizers": {"demo_char": {"corpus": "demo", "model_type": "char"}},
@@ -38,9 +43,20 @@ DEMO_CONFIG = {
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml",
-         "--cores", "2", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=600,
+        [
+            *SNAKEMAKE,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--configfile",
+            "config.yaml",
+            "--cores",
+            "2",
+            *args,
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
     if check and proc.returncode != 0:
@@ -106,8 +122,10 @@ def test_changed_test_transcript_reruns_only_the_test_split(demo):
     row = json.loads(lines[2])
     row["text"] += " again"
     lines[2] = json.dumps(row)
-    untouched = [demo / "results/data/demo/filtered/train.jsonl.gz",
-                 demo / "results/tokenizers/demo_char/bpe.model"]
+    untouched = [
+        demo / "results/data/demo/filtered/train.jsonl.gz",
+        demo / "results/tokenizers/demo_char/bpe.model",
+    ]
     before = [p.stat().st_mtime_ns for p in untouched]
     try:
         manifest.write_text("\n".join(lines) + "\n")
@@ -145,8 +163,10 @@ def copy_demo_manifests(demo: Path, dest: Path) -> dict[str, Path]:
     dest.mkdir(parents=True, exist_ok=True)
     out = {}
     for split in ("train", "dev", "test"):
-        rows = [json.loads(x) for x in
-                (demo / f"results/corpora/demo/{split}.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(x)
+            for x in (demo / f"results/corpora/demo/{split}.jsonl").read_text().splitlines()
+        ]
         for r in rows:
             r["audio_filepath"] = str(demo / "results/corpora/demo" / r["audio_filepath"])
         out[split] = dest / f"{split}.jsonl"
@@ -155,8 +175,11 @@ def copy_demo_manifests(demo: Path, dest: Path) -> dict[str, Path]:
 
 
 def planted_config(manifests: dict[str, Path]) -> dict:
-    return {"corpora": {"mine": {"source": "nemo",
-                                 "manifests": {k: str(v) for k, v in manifests.items()}}}}
+    return {
+        "corpora": {
+            "mine": {"source": "nemo", "manifests": {k: str(v) for k, v in manifests.items()}}
+        }
+    }
 
 
 def edit(path: Path, line: int, **changes) -> None:
@@ -208,11 +231,19 @@ def test_holdout_corpus_runs_and_keeps_speakers_apart(demo, tmp_path):
     manifests = copy_demo_manifests(demo, tmp_path / "manifests")
     everything = tmp_path / "manifests/all.jsonl"
     everything.write_text("".join(p.read_text() for p in manifests.values()))
-    config = {"corpora": {"pooled": {
-        "source": "nemo",
-        "holdout": {"manifest": str(everything), "by": "speaker",
-                    "fractions": {"dev": 0.15, "test": 0.15}, "seed": 3},
-    }}}
+    config = {
+        "corpora": {
+            "pooled": {
+                "source": "nemo",
+                "holdout": {
+                    "manifest": str(everything),
+                    "by": "speaker",
+                    "fractions": {"dev": 0.15, "test": 0.15},
+                    "seed": 3,
+                },
+            }
+        }
+    }
     write_config(tmp_path / "run", config)
     snakemake(tmp_path / "run")
     report = json.loads((tmp_path / "run/results/data/pooled/validation.json").read_text())
