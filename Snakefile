@@ -13,6 +13,7 @@ configfile: "config/config.yaml"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/tokenizer.smk"
+include: "rules/train.smk"
 
 
 rule all:

@@ -69,3 +69,46 @@ def tokenizer_settings(wildcards):
     settings = dict(config["tokenizers"][wildcards.tokenizer])
     del settings["corpus"]
     return settings
+
+
+def run_train_inputs(wildcards):
+    """Filtered train splits of a run's corpora, its dev split and its tokenizer."""
+    run = wildcards.run
+    r = layout.run(config, run)
+    inputs = {
+        f"train_{i}": filtered_split(corpus, "train")
+        for i, corpus in enumerate(layout.run_corpora(config, run))
+    }
+    inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
+    inputs["bpe_model"] = layout.tokenizer_file(r["tokenizer"], "bpe.model")
+    inputs["tokens"] = layout.tokenizer_file(r["tokenizer"], "tokens.txt")
+    return inputs
+
+
+def run_recipe_file(wildcards):
+    """The recipe YAML a run names."""
+    return layout.recipe_file(layout.run(config, wildcards.run)["recipe"])
+
+
+def run_overrides(wildcards):
+    """The run's recipe overrides, with the hardware of its resources filled in."""
+    return layout.train_overrides(config, wildcards.run)
+
+
+def smoke_overrides(wildcards):
+    """The run's overrides, cut down to the smoke run: a few CPU steps."""
+    return layout.smoke_overrides(config, wildcards.run)
+
+
+def run_threads(wildcards):
+    """CPU cores of a train job: cpus_per_device x devices (or cpus_per_device on the CPU)."""
+    res = layout.run(config, wildcards.run)["resources"]
+    return res["cpus_per_device"] * max(1, res["devices"])
+
+
+def run_gpus(wildcards):
+    return layout.run(config, wildcards.run)["resources"]["devices"]
+
+
+def run_cpus_per_gpu(wildcards):
+    return layout.run(config, wildcards.run)["resources"]["cpus_per_device"]

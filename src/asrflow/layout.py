@@ -88,6 +88,25 @@ def tokenizer_file(tokenizer: str, name: str) -> str:
     return f"{tokenizer_dir(tokenizer)}/{name}"
 
 
+def recipe_file(recipe: str) -> str:
+    """A training recipe: ``config/recipes/<name>.yaml``."""
+    return f"config/recipes/{recipe}.yaml"
+
+
+def run_dir(run: str) -> str:
+    return f"{RESULTS}/runs/{run}"
+
+
+def run_file(run: str, *parts: str) -> str:
+    """A file of a run: ``results/runs/<run>/<parts...>``."""
+    return "/".join([run_dir(run), *parts])
+
+
+def work_dir(run: str) -> str:
+    """A run's working directory: kept across failed or killed jobs (not a declared output)."""
+    return f"{RESULTS}/work/{run}"
+
+
 # --- what the config says ------------------------------------------------------------------
 
 
@@ -135,6 +154,57 @@ def source_manifest(config: Config, name: str, part: str) -> str:
         raise AsrflowError(f"corpus {name!r} has no manifest for split {part!r}") from None
 
 
+def run(config: Config, name: str) -> Mapping[str, Any]:
+    try:
+        return config["runs"][name]
+    except KeyError:
+        known = ", ".join(config.get("runs", {})) or "none"
+        raise AsrflowError(f"unknown run {name!r} (config has: {known})") from None
+
+
+def run_corpora(config: Config, name: str) -> list[str]:
+    """The corpora whose filtered train splits a run trains on."""
+    return list(run(config, name)["corpora"])
+
+
+def run_dev_corpus(config: Config, name: str) -> str:
+    """The corpus whose dev split a run validates on (default: its first train corpus)."""
+    r = run(config, name)
+    return r.get("dev") or r["corpora"][0]
+
+
+def train_overrides(config: Config, name: str) -> dict[str, Any]:
+    """A run's recipe overrides with the trainer's hardware taken from ``runs.<run>.resources``."""
+    r = run(config, name)
+    res = r.get("resources", {})
+    devices = int(res.get("devices", 0))
+    overrides = {k: dict(v) if isinstance(v, Mapping) else v
+                 for k, v in r.get("overrides", {}).items()}
+    trainer = dict(overrides.get("trainer", {}))
+    trainer.update(devices=max(1, devices), num_nodes=int(res.get("nodes", 1)),
+                   accelerator="gpu" if devices > 0 else "cpu")
+    overrides["trainer"] = trainer
+    return overrides
+
+
+def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
+    """The overrides of a run's smoke test: same recipe, a few single-CPU steps."""
+    smoke = config.get("smoke", {})
+    overrides = train_overrides(config, name)
+    steps = int(smoke.get("max_steps", 3))
+    overrides["trainer"].update(
+        devices=1, num_nodes=1, accelerator="cpu", precision="32-true", max_steps=steps,
+        val_check_interval=steps, accumulate_grad_batches=1,
+    )
+    scheduler = dict(overrides.get("scheduler", {}))
+    scheduler.update(warmup=1, total_steps=None)
+    overrides["scheduler"] = scheduler
+    batching = dict(overrides.get("batching", {}))
+    batching.update(num_buckets=2, num_workers=0)
+    overrides["batching"] = batching
+    return overrides
+
+
 def check_config(config: Config) -> None:
     """Checks the JSON schema cannot express: cross references and a train split."""
     for name in config["corpora"]:
@@ -143,6 +213,20 @@ def check_config(config: Config) -> None:
                 f"corpora.{name}.manifests: a split named 'train' is required "
                 f"(got {', '.join(splits(config, name))})"
             )
+    for name, r in config.get("runs", {}).items():
+        for key, value in [("tokenizer", r["tokenizer"])]:
+            if value not in config.get("tokenizers", {}):
+                raise AsrflowError(f"runs.{name}.{key}: unknown tokenizer {value!r}")
+        for corpus_name in [*r["corpora"], run_dev_corpus(config, name)]:
+            if corpus_name not in config["corpora"]:
+                raise AsrflowError(f"runs.{name}: unknown corpus {corpus_name!r}")
+        if "dev" not in splits(config, run_dev_corpus(config, name)):
+            raise AsrflowError(
+                f"runs.{name}: corpus {run_dev_corpus(config, name)!r} has no dev split to "
+                "validate on; add one or name another corpus in runs.<run>.dev"
+            )
+        if r.get("weights") is not None and len(r["weights"]) != len(r["corpora"]):
+            raise AsrflowError(f"runs.{name}.weights: one weight per corpus in runs.{name}.corpora")
     for name, tok in config.get("tokenizers", {}).items():
         if tok["corpus"] not in config["corpora"]:
             raise AsrflowError(
@@ -159,4 +243,6 @@ def all_targets(config: Config) -> list[str]:
         targets += [filtered(name, s) for s in splits(config, name)]
     for name in config.get("tokenizers", {}):
         targets.append(tokenizer_file(name, "tokens.txt"))
+    for name in config.get("runs", {}):
+        targets.append(run_file(name, "train", "summary.json"))
     return targets

@@ -37,7 +37,8 @@ def save_cuts(cuts: Iterable[Cut], path: Pathlike) -> int:
 
 def load_cuts(path: Pathlike) -> CutSet:
     """Load a CutSet eagerly (asrflow's data-half manifests fit in memory)."""
-    return CutSet.from_file(Path(path))
+    cuts = CutSet.from_file(Path(path))  # lazy for .jsonl.gz, and None when the file is empty
+    return CutSet() if cuts is None else cuts.to_eager()
 
 
 def supervision(cut: Cut):

@@ -1,0 +1,78 @@
+# Training: batch audit and smoke run first, then the long job (resumable from its work dir).
+
+
+rule audit_batches:
+    input:
+        unpack(run_train_inputs),
+        recipe=run_recipe_file,
+    output:
+        report=layout.run_file("{run}", "audit", "batches.json"),
+        text=layout.run_file("{run}", "audit", "batches.txt"),
+        figure=report(
+            layout.run_file("{run}", "audit", "batches.png"),
+            caption="../report/audit.rst",
+            category="Training",
+        ),
+        record=layout.prov(layout.run_file("{run}", "audit", "batches.json")),
+    params:
+        overrides=run_overrides,
+        normalization=config["text_normalization"],
+    conda:
+        "../envs/asrflow.yaml"
+    log:
+        layout.log("audit_batches", "{run}"),
+    script:
+        "../scripts/audit_batches.py"
+
+
+rule smoke_train:
+    input:
+        unpack(run_train_inputs),
+        recipe=run_recipe_file,
+    output:
+        summary=layout.run_file("{run}", "smoke", "summary.json"),
+        record=layout.prov(layout.run_file("{run}", "smoke", "summary.json")),
+    params:
+        overrides=smoke_overrides,
+        smoke=config["smoke"],
+        normalization=config["text_normalization"],
+        work=layout.run_file("{run}", "smoke", "work"),
+    threads: 2
+    conda:
+        "../envs/asrflow.yaml"
+    log:
+        layout.log("smoke_train", "{run}"),
+    script:
+        "../scripts/smoke_train.py"
+
+
+rule train:
+    input:
+        unpack(run_train_inputs),
+        recipe=run_recipe_file,
+        smoke=layout.run_file("{run}", "smoke", "summary.json"),
+        audit=layout.run_file("{run}", "audit", "batches.json"),
+    output:
+        run=directory(layout.run_file("{run}", "train", "artifacts")),
+        summary=layout.run_file("{run}", "train", "summary.json"),
+        record=layout.prov(layout.run_file("{run}", "train", "summary.json")),
+    params:
+        overrides=run_overrides,
+        weights=lookup(dpath="runs/{run}/weights", within=config),
+        normalization=config["text_normalization"],
+        work=layout.work_dir("{run}"),
+    threads: run_threads
+    resources:
+        gpu=run_gpus,
+        cpus_per_gpu=run_cpus_per_gpu,
+        mem_mb=lookup(dpath="runs/{run}/resources/mem_mb", within=config),
+        runtime=lookup(dpath="runs/{run}/resources/runtime", within=config),
+        nodes=lookup(dpath="runs/{run}/resources/nodes", within=config),
+    conda:
+        "../envs/asrflow.yaml"
+    log:
+        layout.log("train", "{run}"),
+    benchmark:
+        layout.benchmark("train", "{run}")
+    script:
+        "../scripts/train.py"

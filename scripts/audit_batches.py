@@ -1,0 +1,13 @@
+"""Snakemake adapter of rule audit_batches -> asrflow.train.runner.audit_run."""
+
+from asrflow.train.runner import audit_run, spec_from_inputs
+from asrflow.workflow import step
+
+with step(snakemake):
+    spec = spec_from_inputs(
+        snakemake.wildcards.run,
+        dict(snakemake.input.items()),
+        normalization=snakemake.params.normalization,
+        overrides=snakemake.params.overrides,
+    )
+    audit_run(spec, snakemake.output.report, snakemake.output.figure, snakemake.output.text)

@@ -1,0 +1,15 @@
+"""Snakemake adapter of rule smoke_train -> asrflow.train.runner.smoke_run."""
+
+from asrflow.train.runner import smoke_run, spec_from_inputs
+from asrflow.workflow import step
+
+with step(snakemake):
+    spec = spec_from_inputs(
+        snakemake.wildcards.run,
+        dict(snakemake.input.items()),
+        normalization=snakemake.params.normalization,
+        overrides=snakemake.params.overrides,
+        max_train_cuts=snakemake.params.smoke["max_train_cuts"],
+        max_dev_cuts=snakemake.params.smoke["max_dev_cuts"],
+    )
+    smoke_run(spec, snakemake.params.work, snakemake.output.summary)

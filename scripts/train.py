@@ -1,0 +1,17 @@
+"""Snakemake adapter of rule train -> asrflow.train.runner.train_run."""
+
+import torch
+
+from asrflow.train.runner import spec_from_inputs, train_run
+from asrflow.workflow import step
+
+with step(snakemake):
+    torch.set_num_threads(snakemake.threads)
+    spec = spec_from_inputs(
+        snakemake.wildcards.run,
+        dict(snakemake.input.items()),
+        normalization=snakemake.params.normalization,
+        overrides=snakemake.params.overrides,
+        weights=snakemake.params.weights,
+    )
+    train_run(spec, snakemake.params.work, snakemake.output.run, snakemake.output.summary)

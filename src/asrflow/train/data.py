@@ -1,0 +1,272 @@
+"""Training batches from Lhotse cuts: bucketing sampler, map-style dataset, DataLoader, mixing.
+
+The sampler (:class:`lhotse.dataset.DynamicBucketingSampler`) groups cuts of similar duration
+into batches of at most ``max_duration`` seconds and yields each batch as a ``CutSet``; the
+:class:`AsrDataset` turns one such ``CutSet`` into padded tensors, loading and resampling the
+audio on the fly. The DataLoader runs with ``batch_size=None`` and the sampler as its
+``sampler``, so the sampler stays in the main process (its ``state_dict`` is the resume point)
+and workers only load audio.
+
+Example::
+
+    enc = TokenEncoder("bpe.model", "tokens.txt", norm)
+    dl = make_dataloader(load_cuts("train.jsonl.gz"), enc, {"max_duration": 200}, num_workers=4)
+    for batch in dl:
+        batch["speech"], batch["speech_lengths"], batch["text"], batch["text_lengths"]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from lhotse import CutSet
+from lhotse.dataset import DynamicBucketingSampler
+from lhotse.dataset.collation import collate_audio
+from torch.utils.data import DataLoader
+
+from asrflow.data.cuts import origin, text
+from asrflow.errors import AsrflowError
+from asrflow.train.tokens import TokenEncoder
+from asrflow.types import Hz, Seconds
+
+log = logging.getLogger(__name__)
+
+_EAGER_WARNING = "You are using DynamicBucketingSampler with an eagerly read CutSet"
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Sampler settings (``batching`` in a run's config).
+
+    - ``max_duration``: seconds of audio per batch (summed over its cuts, before padding);
+    - ``num_buckets``: duration buckets (at least 2); more buckets, less padding, less mixing;
+    - ``quadratic_duration``: when set, a cut counts as ``d + d**2 / quadratic_duration``
+      seconds, which evens out memory for attention models (15-40 for transformers);
+    - ``shuffle``/``seed``: reservoir shuffling, reproducible per seed and epoch;
+    - ``buffer_size``: cuts held across the buckets (memory vs shuffling quality);
+    - ``drop_last``: drop incomplete batches at the end of a bucket.
+    """
+
+    max_duration: Seconds
+    num_buckets: int = 10
+    quadratic_duration: Seconds | None = None
+    shuffle: bool = True
+    seed: int = 0
+    buffer_size: int = 20000
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if not _positive(self.max_duration):
+            raise AsrflowError(
+                f"batching.max_duration must be a positive number of seconds, "
+                f"got {self.max_duration!r}"
+            )
+        if not isinstance(self.num_buckets, int) or self.num_buckets < 2:
+            raise AsrflowError(
+                f"batching.num_buckets must be an integer >= 2 (Lhotse's bucketing sampler "
+                f"needs two buckets), got {self.num_buckets!r}"
+            )
+        if self.quadratic_duration is not None and not _positive(self.quadratic_duration):
+            raise AsrflowError(
+                f"batching.quadratic_duration must be a positive number of seconds or null, "
+                f"got {self.quadratic_duration!r}"
+            )
+        if not isinstance(self.buffer_size, int) or self.buffer_size < 1:
+            raise AsrflowError(
+                f"batching.buffer_size must be a positive integer, got {self.buffer_size!r}"
+            )
+
+    @classmethod
+    def coerce(cls, batching: Batching | Mapping[str, Any] | Any) -> Batching:
+        """Settings from a ``Batching``, a config mapping or any object with these attributes.
+
+        Keys of a mapping that are not sampler settings (say ``num_workers``) are ignored.
+        """
+        if isinstance(batching, cls):
+            return batching
+        names = [f.name for f in fields(cls)]
+        if isinstance(batching, Mapping):
+            values = {n: batching[n] for n in names if n in batching}
+        else:
+            values = {n: getattr(batching, n) for n in names if hasattr(batching, n)}
+        if "max_duration" not in values:
+            raise AsrflowError("batching.max_duration is required (seconds of audio per batch)")
+        return cls(**values)
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+class AsrDataset(torch.utils.data.Dataset):
+    """Map-style dataset whose index is a whole batch: a ``CutSet`` from a Lhotse sampler.
+
+    ``dataset[cuts]`` returns:
+
+    - ``speech``: float32 ``(B, T)``, zero-padded, at ``sample_rate``;
+    - ``speech_lengths``: int64 ``(B,)`` samples per cut;
+    - ``text``: int64 ``(B, L)`` token IDs padded with ``-1`` (ESPnet's ignore ID);
+    - ``text_lengths``: int64 ``(B,)``;
+    - ``ids``: cut IDs in batch order;
+    - ``num_tokens`` (int), ``audio_seconds`` (float, summed cut durations) and
+      ``padding_ratio`` (float, padded samples over all samples of ``speech``).
+
+    A cut whose transcript encodes to no token raises :class:`AsrflowError` naming its manifest
+    line: CTC on an empty target is meaningless and poisons the loss.
+    """
+
+    def __init__(self, encoder: TokenEncoder, sample_rate: Hz = 16000) -> None:
+        super().__init__()
+        if not isinstance(sample_rate, int) or sample_rate <= 0:
+            raise AsrflowError(f"sample_rate must be a positive integer, got {sample_rate!r}")
+        self.encoder = encoder
+        self.sample_rate = sample_rate
+
+    def __getitem__(self, cuts: CutSet) -> dict[str, Any]:
+        cuts = list(cuts)
+        if not cuts:
+            raise ValueError("AsrDataset got an empty batch of cuts")
+        targets = [encode_cut(self.encoder, cut) for cut in cuts]
+
+        sr = self.sample_rate
+        batch = CutSet.from_cuts(c if c.sampling_rate == sr else c.resample(sr) for c in cuts)
+        speech, speech_lengths = collate_audio(batch, mono_downmix=True)
+        speech = speech.to(torch.float32)
+        speech_lengths = speech_lengths.to(torch.int64)
+
+        text_lengths = torch.tensor([len(t) for t in targets], dtype=torch.int64)
+        tokens = torch.full(
+            (len(targets), int(text_lengths.max())), self.encoder.ignore_id, dtype=torch.int64
+        )
+        for i, t in enumerate(targets):
+            tokens[i, : len(t)] = torch.tensor(t, dtype=torch.int64)
+
+        total = speech.shape[0] * speech.shape[1]
+        padding = 1.0 - float(speech_lengths.sum()) / total if total else 0.0
+        return {
+            "speech": speech,
+            "speech_lengths": speech_lengths,
+            "text": tokens,
+            "text_lengths": text_lengths,
+            "ids": [c.id for c in cuts],
+            "num_tokens": int(text_lengths.sum()),
+            "audio_seconds": float(sum(c.duration for c in cuts)),
+            "padding_ratio": padding,
+        }
+
+
+def encode_cut(encoder: TokenEncoder, cut: Any) -> list[int]:
+    """Token IDs of a cut's transcript; :class:`AsrflowError` (naming its origin) when empty."""
+    ids = encoder.encode(text(cut))
+    if not ids:
+        raise AsrflowError(
+            f"{origin(cut)}: cut {cut.id} has no tokens after text normalization "
+            f"(transcript {text(cut)!r}); an empty CTC target poisons training: fix the "
+            "transcript or remove the cut (the data filter drops empty_after_normalization)"
+        )
+    return ids
+
+
+def make_sampler(
+    cuts: CutSet,
+    batching: Batching | Mapping[str, Any] | Any,
+    world_size: int | None = None,
+    rank: int | None = None,
+) -> DynamicBucketingSampler:
+    """A resumable :class:`DynamicBucketingSampler` over ``cuts`` with the run's settings.
+
+    ``world_size``/``rank`` default to the ``torch.distributed`` setup (1/0 without it). Call
+    ``sampler.set_epoch(e)`` before each epoch for a new shuffle (Lightning does it for the
+    DataLoader's sampler); ``state_dict()``/``load_state_dict()`` resume mid-epoch.
+    """
+    b = Batching.coerce(batching)
+    with warnings.catch_warnings():
+        # asrflow's manifests are small enough to hold in memory; the warning is noise here.
+        warnings.filterwarnings("ignore", message=_EAGER_WARNING)
+        try:
+            return DynamicBucketingSampler(
+                cuts,
+                max_duration=b.max_duration,
+                num_buckets=b.num_buckets,
+                quadratic_duration=b.quadratic_duration,
+                shuffle=b.shuffle,
+                seed=b.seed,
+                buffer_size=b.buffer_size,
+                drop_last=b.drop_last,
+                world_size=world_size,
+                rank=rank,
+            )
+        except AssertionError as exc:
+            if "number of buckets" in str(exc):
+                raise AsrflowError(
+                    f"batching.num_buckets = {b.num_buckets} is more than the number of train "
+                    f"cuts; lower batching.num_buckets ({exc})"
+                ) from exc
+            raise
+
+
+def make_dataloader(
+    cuts: CutSet,
+    encoder: TokenEncoder,
+    batching: Batching | Mapping[str, Any] | Any,
+    sample_rate: Hz = 16000,
+    num_workers: int = 0,
+    *,
+    world_size: int | None = None,
+    rank: int | None = None,
+    pin_memory: bool = False,
+) -> DataLoader:
+    """A DataLoader of :class:`AsrDataset` batches drawn by :func:`make_sampler`.
+
+    The sampler is ``loader.sampler``. Workers (``num_workers > 0``) are kept alive across
+    epochs. With Lightning, pass ``use_distributed_sampler=False`` to the Trainer: the sampler
+    already splits batches across ranks.
+    """
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise AsrflowError(f"num_workers must be a non-negative integer, got {num_workers!r}")
+    sampler = make_sampler(cuts, batching, world_size=world_size, rank=rank)
+    return DataLoader(
+        AsrDataset(encoder, sample_rate=sample_rate),
+        batch_size=None,
+        sampler=sampler,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        pin_memory=pin_memory,
+    )
+
+
+def mux_cuts(
+    cutsets: Sequence[CutSet],
+    weights: Sequence[float],
+    seed: int = 0,
+    *,
+    stop_early: bool = False,
+) -> CutSet:
+    """Interleave train corpora lazily, drawing from corpus ``i`` with probability ~ ``weights[i]``.
+
+    A thin wrapper of :meth:`CutSet.mux`. By default (``stop_early=False``) an epoch still holds
+    every cut of every corpus: the weights set the mixing proportions only until a corpus runs
+    out, after which the others continue alone. Weights proportional to the corpus sizes mix
+    uniformly over the whole epoch. ``stop_early=True`` ends the epoch when the first corpus
+    runs out (the unread tail of the others is never seen, since mux reads each in order).
+    """
+    if len(cutsets) != len(weights):
+        raise AsrflowError(
+            f"mux: {len(cutsets)} corpora but {len(weights)} weights; give one weight per corpus"
+        )
+    if not cutsets:
+        raise AsrflowError("mux: no corpora to mix")
+    for i, w in enumerate(weights):
+        if not _positive(w):
+            raise AsrflowError(f"mux: weight {i} must be a positive number, got {w!r}")
+    if len(cutsets) == 1:
+        return cutsets[0]
+    return CutSet.mux(
+        *cutsets, weights=[float(w) for w in weights], seed=seed, stop_early=stop_early
+    )

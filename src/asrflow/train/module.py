@@ -1,0 +1,210 @@
+"""The Lightning module that trains an ESPnet2 ASR model.
+
+ESPnet's ``ESPnetASRModel.forward`` returns its loss averaged over *utterances*, so the gradient
+grows with tokens per utterance and a length-mixed batch swings it. By default the module turns
+that into a loss per target token (:mod:`asrflow.train.loss`, global token count under DDP).
+
+Logged every step: ``train/loss`` (the optimized value), ``train/loss_per_token``,
+``train/batch_tokens``, ``train/batch_utterances``, ``train/batch_audio_seconds``,
+``train/padding_ratio``, ``train/grad_norm`` (before clipping) and the learning rate (by
+Lightning's ``LearningRateMonitor``). At each validation: ``valid/loss`` (per token),
+``valid/wer`` and ``valid/cer`` (greedy CTC, pooled errors over the whole dev set), plus the
+diagnostics of :class:`~asrflow.train.diagnostics.Diagnostics`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import jiwer
+import lightning as L
+import torch
+from lightning.pytorch.utilities import grad_norm
+
+from asrflow.train.diagnostics import Diagnostics
+from asrflow.train.loss import global_token_count, normalize_loss
+from asrflow.train.recipe import Recipe
+from asrflow.train.resume import SkippingSampler
+from asrflow.train.schedule import build_optimizer, build_scheduler
+from asrflow.train.tokens import TokenEncoder
+
+log = logging.getLogger(__name__)
+
+
+def greedy_ctc(
+    log_probs_argmax: torch.Tensor, lengths: torch.Tensor, blank: int
+) -> list[list[int]]:
+    """Collapse repeats and drop blanks of frame-wise argmax ids, per utterance."""
+    out = []
+    for row, n in zip(log_probs_argmax.tolist(), lengths.tolist(), strict=True):
+        ids, prev = [], None
+        for t in row[:n]:
+            if t != prev and t != blank:
+                ids.append(t)
+            prev = t
+        out.append(ids)
+    return out
+
+
+class AsrModule(L.LightningModule):
+    """Trains ``model`` (an ``ESPnetASRModel``) with the recipe's loss, optimizer and schedule."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        recipe: Recipe,
+        encoder: TokenEncoder,
+        references: Mapping[str, str],
+        diagnostics: Diagnostics | None = None,
+        train_sampler: SkippingSampler | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.recipe = recipe
+        self.encoder = encoder
+        self.references = dict(references)
+        self.diagnostics = diagnostics
+        self._valid = self._empty_valid()
+        self.train_sampler = train_sampler
+        self._batches_in_epoch = 0
+        self._resumed_batches = 0
+
+    # --- exact resume: batches of the current epoch already trained on ---------------------
+
+    def on_train_epoch_start(self) -> None:
+        self._batches_in_epoch, self._resumed_batches = self._resumed_batches, 0
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._batches_in_epoch += 1
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["asrflow_data"] = {
+            "epoch": self.current_epoch,
+            "batches_in_epoch": self._batches_in_epoch,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("asrflow_data") or {}
+        self._resumed_batches = int(state.get("batches_in_epoch", 0))
+        if self.train_sampler is not None:
+            self.train_sampler.skip = self._resumed_batches
+
+    # --- training ------------------------------------------------------------------------
+
+    def forward(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        return self.model(
+            batch["speech"], batch["speech_lengths"], batch["text"].clone(), batch["text_lengths"]
+        )
+
+    def _loss(self, loss_utt: torch.Tensor, batch: Mapping[str, Any]) -> torch.Tensor:
+        num_utts = len(batch["ids"])
+        num_tokens = int(batch["num_tokens"])
+        world = self.trainer.world_size if self._trainer is not None else 1
+        global_tokens = (
+            global_token_count(num_tokens, loss_utt.device)
+            if self.recipe.loss.normalization == "token"
+            else None
+        )
+        return normalize_loss(
+            self.recipe.loss.normalization,
+            loss_utt,
+            num_utterances=num_utts,
+            num_tokens=num_tokens,
+            world_size=world,
+            global_num_tokens=global_tokens,
+        )
+
+    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
+        loss_utt, _, _ = self(batch)
+        loss = self._loss(loss_utt, batch)
+        num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
+        per_token = float(loss_utt.detach()) * num_utts / max(1, num_tokens)
+        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=num_utts)
+        self.log_dict(
+            {
+                "train/loss_per_token": per_token,
+                "train/batch_tokens": float(num_tokens),
+                "train/batch_utterances": float(num_utts),
+                "train/batch_audio_seconds": float(batch["audio_seconds"]),
+                "train/padding_ratio": float(batch["padding_ratio"]),
+            },
+            on_step=True,
+            batch_size=num_utts,
+        )
+        if self.diagnostics is not None:
+            self.diagnostics.observe_loss(self.global_step, per_token, batch["ids"])
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Lightning calls this after accumulation and before gradient clipping
+        norms = grad_norm(self, norm_type=2)
+        total = norms.get("grad_2.0_norm_total")
+        if total is not None:
+            self.log("train/grad_norm", total, on_step=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        from asrflow.train.recipe import scaled_lr
+
+        optimizer = build_optimizer(self.parameters(), self.recipe.optim, scaled_lr(self.recipe))
+        return {"optimizer": optimizer, "lr_scheduler": build_scheduler(optimizer, self.recipe)}
+
+    # --- validation ----------------------------------------------------------------------
+
+    @staticmethod
+    def _empty_valid() -> dict[str, Any]:
+        return {
+            "loss_sum": 0.0,
+            "tokens": 0,
+            "errors": 0,
+            "words": 0,
+            "char_errors": 0,
+            "chars": 0,
+            "hyps": {},
+        }
+
+    def on_validation_epoch_start(self) -> None:
+        self._valid = self._empty_valid()
+
+    @torch.no_grad()
+    def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
+        loss_utt, _, _ = self(batch)
+        num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
+        v = self._valid
+        v["loss_sum"] += float(loss_utt) * num_utts
+        v["tokens"] += num_tokens
+        enc, enc_lens = self.model.encode(batch["speech"], batch["speech_lengths"])
+        best = self.model.ctc.argmax(enc)
+        for utt, ids in zip(
+            batch["ids"], greedy_ctc(best, enc_lens, self.encoder.blank_id), strict=True
+        ):
+            hyp = self.encoder.decode(ids)
+            ref = self.references.get(utt, "")
+            v["hyps"][utt] = hyp
+            if ref:
+                words = jiwer.process_words(ref, hyp)
+                chars = jiwer.process_characters(ref, hyp)
+                v["errors"] += words.substitutions + words.deletions + words.insertions
+                v["words"] += words.substitutions + words.deletions + words.hits
+                v["char_errors"] += chars.substitutions + chars.deletions + chars.insertions
+                v["chars"] += chars.substitutions + chars.deletions + chars.hits
+
+    def on_validation_epoch_end(self) -> None:
+        v = self._valid
+        totals = torch.tensor(
+            [v["loss_sum"], v["tokens"], v["errors"], v["words"], v["char_errors"], v["chars"]],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        if self._trainer is not None and self.trainer.world_size > 1:
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        loss_sum, tokens, errors, words, char_errors, chars = totals.tolist()
+        metrics = {
+            "valid/loss": loss_sum / max(tokens, 1.0),
+            "valid/wer": errors / max(words, 1.0),
+            "valid/cer": char_errors / max(chars, 1.0),
+        }
+        self.log_dict(metrics, prog_bar=True, sync_dist=False)
+        if self.diagnostics is not None and not self.trainer.sanity_checking:
+            self.diagnostics.on_validation(self.global_step, v["hyps"], self.references, metrics)

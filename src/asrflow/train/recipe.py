@@ -1,0 +1,573 @@
+"""Training recipes: an ESPnet2 model section plus asrflow's training-loop sections.
+
+A recipe YAML holds ESPnet2's model keys at top level, unchanged (``frontend``, ``specaug``,
+``normalize``, ``encoder``, ``decoder``, ``ctc_conf``, ``model_conf``, each with its ``*_conf``),
+so the model part of an ESPnet2 ``asr_config.yaml`` drops in. Every top-level key that is not one
+of asrflow's sections (:data:`SECTIONS`) is ESPnet's and is passed to ``ASRTask`` as is. ESPnet's
+*training-loop* keys (``optim_conf``, ``max_epoch``, ``batch_bins``, ...) are refused: asrflow's
+own sections replace them and they would otherwise be silently ignored
+(:data:`ESPNET_SUPERSEDED_KEYS` says which section to use instead).
+
+Units (Lightning semantics):
+
+- ``trainer.max_steps`` counts *optimizer steps*; with ``accumulate_grad_batches = k`` each step
+  consumes k batches per device. The LR scheduler is stepped per optimizer step
+  (``interval: "step"``), so it ends where the trainer does (:mod:`asrflow.train.schedule`).
+- ``trainer.val_check_interval`` is in optimizer steps too; Lightning counts it in *batches*, so
+  :func:`trainer_kwargs` multiplies it by ``accumulate_grad_batches``.
+- ``batching.max_duration`` is seconds of audio per batch per device; an update sees at most
+  :func:`effective_batch_seconds`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import NoneType, UnionType
+from typing import Any, NoReturn
+
+import yaml
+
+from asrflow.errors import AsrflowError
+from asrflow.train.loss import NORMALIZATIONS
+from asrflow.train.schedule import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
+from asrflow.types import Pathlike, Seconds
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+MODES = ("min", "max")
+
+ESPNET_SUPERSEDED_KEYS: dict[str, str] = {
+    "optim_conf": "optim (e.g. optim: {name: adam, lr: 0.002})",
+    "scheduler_conf": "scheduler (warmup_cosine with scheduler.warmup)",
+    "max_epoch": "trainer.max_steps (optimizer steps)",
+    "accum_grad": "trainer.accumulate_grad_batches",
+    "grad_clip": "trainer.gradient_clip_val",
+    "use_amp": "trainer.precision (e.g. bf16-mixed)",
+    "ngpu": "trainer.devices",
+    "seed": "trainer.seed",
+    "batch_type": "batching.max_duration (seconds of audio per batch)",
+    "batch_bins": "batching.max_duration (seconds of audio per batch)",
+    "batch_size": "batching.max_duration (seconds of audio per batch)",
+    "num_workers": "batching.num_workers",
+    "keep_nbest_models": "best_model_criterion ([monitor, top_k, mode] entries)",
+    "patience": "trainer.max_steps (asrflow does not stop early)",
+    "lightning_conf": "trainer",
+    "token_list": "nothing: asrflow passes the tokenizer's token list",
+    "bpemodel": "nothing: asrflow passes the tokenizer's model",
+    "token_type": "nothing: asrflow's tokenizers are SentencePiece models (token_type bpe)",
+}
+"""ESPnet training keys a recipe must not carry, with what replaces each."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Lightning trainer settings (``trainer:``); steps are optimizer steps."""
+
+    max_steps: int = 2500
+    val_check_interval: int = 250
+    precision: str = "auto"
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float | None = 5.0
+    seed: int = 0
+    devices: int = 1
+    num_nodes: int = 1
+    accelerator: str = "auto"
+    allow_tf32: bool = True
+    scale_lr_with_devices: bool = False
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer (``optim:``): ``name`` adamw | adam | sgd; ``momentum`` is used by sgd only."""
+
+    name: str = "adamw"
+    lr: float = 0.002
+    weight_decay: float = 1.0e-6
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1.0e-8
+    momentum: float = 0.0
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """LR schedule (``scheduler:``). ``warmup``: a fraction (< 1) of max_steps or steps (int).
+
+    ``total_steps``: ``None`` means ``trainer.max_steps``; if given it must equal it.
+    """
+
+    name: str = "warmup_cosine"
+    warmup: int | float = 0.02
+    total_steps: int | None = None
+    min_lr_ratio: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """Lhotse ``DynamicBucketingSampler`` settings (``batching:``); seconds per device."""
+
+    max_duration: Seconds = 60.0
+    num_buckets: int = 10
+    quadratic_duration: Seconds | None = None
+    shuffle: bool = True
+    seed: int = 0
+    num_workers: int = 1
+    buffer_size: int = 10000
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss normalization (``loss:``): ``token`` (sum / target tokens) or ``utterance`` (ESPnet)."""
+
+    normalization: str = "token"
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One ``best_model_criterion`` entry: keep the ``top_k`` checkpoints by ``monitor``."""
+
+    monitor: str
+    top_k: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig:
+    """Training diagnostics (``diagnostics:``)."""
+
+    num_decode_utterances: int = 8
+    spike_factor: float = 5.0
+    spike_window: int = 50
+    blank_warning_after_warmup: bool = True
+
+
+DEFAULT_CRITERIA = (Criterion("valid/loss", 3, "min"), Criterion("valid/wer", 2, "min"))
+
+_SECTION_TYPES: dict[str, type] = {
+    "trainer": TrainerConfig,
+    "optim": OptimConfig,
+    "scheduler": SchedulerConfig,
+    "batching": BatchingConfig,
+    "loss": LossConfig,
+    "diagnostics": DiagnosticsConfig,
+}
+SECTIONS = (*_SECTION_TYPES, "best_model_criterion")
+"""asrflow's own top-level keys; every other top-level key belongs to ESPnet."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A whole recipe. ``model`` is the ESPnet part (a deep copy; do not mutate it)."""
+
+    model: dict[str, Any]
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    criteria: tuple[Criterion, ...] = DEFAULT_CRITERIA
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", copy.deepcopy(dict(self.model)))
+        object.__setattr__(self, "criteria", tuple(self.criteria))
+
+    def __hash__(self) -> int:
+        return hash(self.sha256())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recipe as YAML/JSON-ready data; ``recipe_from_dict(r.to_dict()) == r``."""
+        d = copy.deepcopy(self.model)
+        for name in _SECTION_TYPES:
+            section = getattr(self, name)
+            d[name] = {f.name: _plain(getattr(section, f.name)) for f in fields(section)}
+        d["best_model_criterion"] = [[c.monitor, c.top_k, c.mode] for c in self.criteria]
+        return d
+
+    def sha256(self) -> str:
+        """Hex SHA-256 of the canonical JSON of :meth:`to_dict` (sorted keys, compact)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def deep_merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` merged in: mappings merge recursively, other values replace."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_recipe(path: Pathlike, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """Read a recipe YAML, deep-merge ``overrides`` over it, parse and :func:`check_recipe` it.
+
+    Example: ``load_recipe(p, {"trainer": {"max_steps": 10}, "encoder_conf": {"num_blocks": 1}})``.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise AsrflowError(f"cannot read recipe {path}: {e.strerror}; check the path") from None
+    except yaml.YAMLError as e:
+        raise AsrflowError(f"recipe {path} is not valid YAML: {e}") from None
+    if not isinstance(data, Mapping):
+        raise AsrflowError(
+            f"recipe {path}: expected a mapping of ESPnet and asrflow keys, got "
+            f"{type(data).__name__}"
+        )
+    if overrides:
+        data = deep_merge(data, overrides)
+    recipe = recipe_from_dict(data, source=str(path))
+    check_recipe(recipe, source=str(path))
+    return recipe
+
+
+def recipe_from_dict(data: Mapping[str, Any], source: str = "recipe") -> Recipe:
+    """Parse recipe data (types and keys only; :func:`check_recipe` checks values)."""
+    model = {k: v for k, v in data.items() if k not in SECTIONS}
+    sections = {
+        name: _parse_section(cls, name, data.get(name), source)
+        for name, cls in _SECTION_TYPES.items()
+    }
+    criteria = _parse_criteria(data.get("best_model_criterion", _UNSET), source)
+    return Recipe(model=model, criteria=criteria, **sections)
+
+
+_UNSET: Any = object()
+
+
+def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        hint = ""
+        if name in ("optim", "scheduler") and isinstance(raw, str):
+            hint = (
+                f"; {name}: {raw} is ESPnet's syntax, write {name}: {{name: ..., ...}} instead "
+                f"(see the recipe docs) and drop {name}_conf"
+            )
+        raise AsrflowError(f"{source}: {name} must be a mapping of settings, got {raw!r}{hint}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise AsrflowError(
+            f"{source}: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+            f"known keys of {name}: {', '.join(known)}"
+        )
+    values = {}
+    for key, value in raw.items():
+        if name == "trainer" and key == "precision" and isinstance(value, int):
+            value = str(value)  # YAML `precision: 32`
+        try:
+            values[key] = _coerce(value, hints[key])
+        except TypeError:
+            raise AsrflowError(
+                f"{source}: {name}.{key} must be {_describe(hints[key])}, got {value!r}"
+            ) from None
+    return cls(**values)
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """``value`` checked against a simple type hint (YAML ints accepted as floats)."""
+    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
+        for arm in typing.get_args(hint):
+            try:
+                return _coerce(value, arm)
+            except TypeError:
+                continue
+        raise TypeError(value)
+    if hint is NoneType:
+        if value is None:
+            return None
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if isinstance(value, list | tuple) and len(value) == len(args):
+            return tuple(_coerce(v, a) for v, a in zip(value, args, strict=True))
+    raise TypeError(value)
+
+
+def _describe(hint: Any) -> str:
+    if isinstance(hint, UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(hint))
+    if hint is NoneType:
+        return "null"
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {len(typing.get_args(hint))} numbers"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
+        hint, str(hint)
+    )
+
+
+def _parse_criteria(raw: Any, source: str) -> tuple[Criterion, ...]:
+    if raw is _UNSET:
+        return DEFAULT_CRITERIA
+    if not isinstance(raw, list):
+        raise AsrflowError(
+            f"{source}: best_model_criterion must be a list of [monitor, top_k, mode], got {raw!r}"
+        )
+    out = []
+    for i, item in enumerate(raw):
+        if isinstance(item, Mapping):
+            item = [item.get("monitor"), item.get("top_k"), item.get("mode")]
+        ok = (
+            isinstance(item, list | tuple)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+            and isinstance(item[2], str)
+        )
+        if not ok:
+            raise AsrflowError(
+                f"{source}: best_model_criterion[{i}] = {item!r} must be [monitor, top_k, mode], "
+                "e.g. [valid/loss, 3, min] (ESPnet2's [valid, loss, min] and ESPnet3's "
+                "[valid/acc, max, 10] orders are not accepted)"
+            )
+        out.append(Criterion(item[0], item[1], item[2]))
+    return tuple(out)
+
+
+def check_recipe(recipe: Recipe, source: str = "recipe") -> None:
+    """Raise :class:`AsrflowError` naming the first inconsistent or out-of-range setting."""
+
+    def fail(msg: str) -> NoReturn:
+        raise AsrflowError(f"{source}: {msg}")
+
+    _check_model(recipe.model, recipe.loss, fail)
+    t = recipe.trainer
+    for key in (
+        "max_steps",
+        "val_check_interval",
+        "accumulate_grad_batches",
+        "devices",
+        "num_nodes",
+    ):
+        if getattr(t, key) < 1:
+            fail(f"trainer.{key} must be >= 1, got {getattr(t, key)}")
+    if t.val_check_interval > t.max_steps:
+        fail(
+            f"trainer.val_check_interval ({t.val_check_interval}) > trainer.max_steps "
+            f"({t.max_steps}): validation would never run; lower it"
+        )
+    if t.precision not in PRECISIONS:
+        fail(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {t.precision!r}")
+    if t.accelerator not in ACCELERATORS:
+        fail(f"trainer.accelerator must be one of {', '.join(ACCELERATORS)}, got {t.accelerator!r}")
+    if t.gradient_clip_val is not None and t.gradient_clip_val <= 0:
+        fail(
+            "trainer.gradient_clip_val must be > 0 or null (no clipping), "
+            f"got {t.gradient_clip_val}"
+        )
+    if t.seed < 0:
+        fail(f"trainer.seed must be >= 0, got {t.seed}")
+
+    o = recipe.optim
+    if o.name not in OPTIMIZERS:
+        fail(f"optim.name must be one of {', '.join(OPTIMIZERS)}, got {o.name!r}")
+    if o.lr <= 0 or o.eps <= 0 or o.weight_decay < 0:
+        fail(f"optim.lr and optim.eps must be > 0 and optim.weight_decay >= 0, got {o}")
+    if not all(0.0 <= b < 1.0 for b in o.betas) or not 0.0 <= o.momentum < 1.0:
+        fail(f"optim.betas and optim.momentum must lie in [0, 1), got {o.betas}, {o.momentum}")
+
+    s = recipe.scheduler
+    if s.name not in SCHEDULERS:
+        fail(f"scheduler.name must be one of {', '.join(SCHEDULERS)}, got {s.name!r}")
+    if not 0.0 <= s.min_lr_ratio <= 1.0:
+        fail(f"scheduler.min_lr_ratio must be in [0, 1], got {s.min_lr_ratio}")
+    try:
+        total = total_steps(s, t.max_steps)
+        warmup = warmup_steps(s, t.max_steps)
+    except AsrflowError as e:
+        fail(str(e))
+    if warmup >= total:
+        fail(
+            f"scheduler.warmup ({s.warmup} = {warmup} steps) >= trainer.max_steps ({total}): "
+            "training would end before the warmup does; shorten the warmup or train longer"
+        )
+
+    b = recipe.batching
+    if b.max_duration <= 0 or (b.quadratic_duration is not None and b.quadratic_duration <= 0):
+        fail("batching.max_duration and batching.quadratic_duration must be > 0 seconds")
+    if b.num_buckets < 1 or b.buffer_size < 1 or b.num_workers < 0 or b.seed < 0:
+        fail(
+            "batching.num_buckets and batching.buffer_size must be >= 1, batching.num_workers "
+            f"and batching.seed >= 0, got {b}"
+        )
+
+    if recipe.loss.normalization not in NORMALIZATIONS:
+        fail(
+            f"loss.normalization must be one of {', '.join(NORMALIZATIONS)}, "
+            f"got {recipe.loss.normalization!r}"
+        )
+
+    if not recipe.criteria:
+        fail("best_model_criterion is empty; give at least one [monitor, top_k, mode]")
+    seen = set()
+    for i, c in enumerate(recipe.criteria):
+        where = f"best_model_criterion[{i}] ({c.monitor})"
+        if not c.monitor:
+            fail(f"{where}: the monitor is empty; name a logged metric such as valid/loss")
+        if c.monitor in seen:
+            fail(f"{where}: {c.monitor} is listed twice; merge the entries")
+        seen.add(c.monitor)
+        if c.top_k < 1:
+            fail(f"{where}: top_k must be >= 1, got {c.top_k}")
+        if c.mode not in MODES:
+            fail(f"{where}: mode must be min or max, got {c.mode!r}")
+
+    d = recipe.diagnostics
+    if d.num_decode_utterances < 0 or d.spike_window < 1 or d.spike_factor <= 1.0:
+        fail(
+            "diagnostics: num_decode_utterances must be >= 0, spike_window >= 1 and "
+            f"spike_factor > 1, got {d}"
+        )
+
+
+def _check_model(
+    model: Mapping[str, Any], loss: LossConfig, fail: Callable[[str], NoReturn]
+) -> None:
+    for key, use in ESPNET_SUPERSEDED_KEYS.items():
+        if key in model:
+            fail(
+                f"{key} is an ESPnet training key that asrflow does not use; remove it (use {use})"
+            )
+    if not isinstance(model.get("encoder"), str) or not model["encoder"]:
+        fail("encoder is missing: name an ESPnet encoder (e.g. encoder: conformer)")
+    for key, value in model.items():
+        if key.endswith("_conf") and value is not None and not isinstance(value, Mapping):
+            fail(f"{key} must be a mapping of ESPnet settings, got {value!r}")
+    model_conf = model.get("model_conf") or {}
+    if not isinstance(model_conf, Mapping):
+        fail(f"model_conf must be a mapping of ESPnet settings, got {model_conf!r}")
+    ctc_weight = model_conf.get("ctc_weight", 0.5)  # ESPnetASRModel's default
+    if isinstance(ctc_weight, bool) or not isinstance(ctc_weight, int | float):
+        fail(f"model_conf.ctc_weight must be a number in [0, 1], got {ctc_weight!r}")
+    if ctc_weight < 1.0 and not model.get("decoder"):
+        fail(
+            f"model_conf.ctc_weight is {ctc_weight} (< 1) but no decoder is given: set "
+            "ctc_weight: 1.0 for CTC only, or add a decoder (e.g. decoder: transformer)"
+        )
+    if loss.normalization == "token" and model_conf.get("length_normalized_loss"):
+        fail(
+            "loss.normalization is token but model_conf.length_normalized_loss is true: the "
+            "attention loss would be divided by the token count twice; set one of them off"
+        )
+
+
+def effective_batch_seconds(recipe: Recipe) -> Seconds:
+    """Most audio per optimizer step: max_duration x devices x num_nodes x accumulation."""
+    t = recipe.trainer
+    return recipe.batching.max_duration * t.devices * t.num_nodes * t.accumulate_grad_batches
+
+
+def scaled_lr(recipe: Recipe) -> float:
+    """Peak LR: ``optim.lr`` x devices x num_nodes if ``scale_lr_with_devices``, else as given."""
+    t = recipe.trainer
+    return recipe.optim.lr * (t.devices * t.num_nodes if t.scale_lr_with_devices else 1)
+
+
+def update_budget(recipe: Recipe) -> dict[str, Any]:
+    """What the recipe's training run amounts to, in updates and audio."""
+    t = recipe.trainer
+    per_step = effective_batch_seconds(recipe)
+    return {
+        "optimizer_steps": t.max_steps,
+        "warmup_steps": warmup_steps(recipe.scheduler, t.max_steps),
+        "batches_per_device": t.max_steps * t.accumulate_grad_batches,
+        "effective_batch_seconds": per_step,
+        "max_audio_seconds": per_step * t.max_steps,
+        "peak_lr": scaled_lr(recipe),
+    }
+
+
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """``auto`` -> ``bf16-mixed`` on a CUDA device with bf16, else ``32-true``; others unchanged.
+
+    (bf16 on a CPU without avx512_bf16/AMX is ~10x slower than fp32, hence fp32 there.)
+    """
+    if precision != "auto":
+        return precision
+    import torch
+
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        if torch.cuda.is_bf16_supported():
+            return "bf16-mixed"
+    return "32-true"
+
+
+def trainer_kwargs(recipe: Recipe) -> dict[str, Any]:
+    """Keyword arguments for ``lightning.Trainer`` with asrflow's units translated.
+
+    ``val_check_interval`` becomes batches (Lightning's unit) and ``check_val_every_n_epoch`` is
+    ``None`` so that validation runs every that many batches across epoch boundaries.
+    """
+    t = recipe.trainer
+    return {
+        "max_steps": t.max_steps,
+        "val_check_interval": t.val_check_interval * t.accumulate_grad_batches,
+        "check_val_every_n_epoch": None,
+        "precision": resolve_precision(t.precision, t.accelerator),
+        "accumulate_grad_batches": t.accumulate_grad_batches,
+        "gradient_clip_val": t.gradient_clip_val,
+        "devices": t.devices,
+        "num_nodes": t.num_nodes,
+        "accelerator": t.accelerator,
+    }
+
+
+def with_overrides(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
+    """A checked copy of ``recipe`` with nested ``overrides`` merged in."""
+    new = recipe_from_dict(deep_merge(recipe.to_dict(), overrides))
+    check_recipe(new)
+    return new
+
+
+__all__ = [
+    "ESPNET_SUPERSEDED_KEYS",
+    "SECTIONS",
+    "BatchingConfig",
+    "Criterion",
+    "DiagnosticsConfig",
+    "LossConfig",
+    "OptimConfig",
+    "Recipe",
+    "SchedulerConfig",
+    "TrainerConfig",
+    "check_recipe",
+    "deep_merge",
+    "effective_batch_seconds",
+    "load_recipe",
+    "recipe_from_dict",
+    "resolve_precision",
+    "scaled_lr",
+    "trainer_kwargs",
+    "update_budget",
+    "with_overrides",
+]

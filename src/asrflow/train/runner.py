@@ -1,0 +1,365 @@
+"""One training run, start to finish: what the ``train`` and ``smoke_train`` rules call.
+
+The working directory (``results/work/<run>/``) is deliberately *not* a declared Snakemake output:
+Snakemake deletes a failed job's outputs before rerunning it, and a killed or preempted job must
+find its checkpoints again. A rerun resumes from ``<work>/checkpoints/last.ckpt`` (weights,
+optimizer, scheduler, global step and the position in the epoch's batch order). When training
+finishes, the kept checkpoints, logs and diagnostics are linked into the declared output
+directory and the summary is written; a failure writes ``<work>/summary.json`` with the error
+before the job fails, so failed runs stay visible.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from asrflow.data.cuts import load_cuts, text
+from asrflow.hashing import sha256_file
+from asrflow.io import write_json
+from asrflow.text import TextNormalization, normalize
+from asrflow.train.recipe import (
+    Recipe,
+    check_recipe,
+    effective_batch_seconds,
+    load_recipe,
+    trainer_kwargs,
+    update_budget,
+)
+from asrflow.train.schedule import warmup_steps
+from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+LAST = "last.ckpt"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a training run reads; paths are files made by earlier rules."""
+
+    name: str
+    recipe: Pathlike
+    train_cuts: Sequence[Pathlike]
+    dev_cuts: Pathlike
+    bpe_model: Pathlike
+    tokens: Pathlike
+    normalization: Mapping[str, Any]
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    train_weights: Sequence[float] | None = None
+    max_train_cuts: int | None = None
+    """Use only the first N train cuts (the smoke run)."""
+    max_dev_cuts: int | None = None
+
+
+def checkpoint_tag(monitor: str) -> str:
+    """File-name form of a monitor: ``valid/loss`` -> ``valid.loss``."""
+    return monitor.replace("/", ".")
+
+
+def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
+    return {
+        "train_cuts": {str(p): sha256_file(p) for p in spec.train_cuts},
+        "dev_cuts": sha256_file(spec.dev_cuts),
+        "bpe_model": sha256_file(spec.bpe_model),
+        "tokens": sha256_file(spec.tokens),
+        "recipe": recipe.sha256(),
+        "normalization": TextNormalization.from_dict(spec.normalization).sha256(),
+        "start_weights": None,
+    }
+
+
+def _load_train_cuts(spec: RunSpec, recipe: Recipe):
+    from asrflow.train.data import mux_cuts
+
+    sets = [load_cuts(p) for p in spec.train_cuts]
+    if spec.max_train_cuts is not None:
+        sets = [s.subset(first=min(spec.max_train_cuts, len(s))) for s in sets]
+    if len(sets) == 1:
+        return sets[0].to_eager()
+    weights = spec.train_weights or [1.0] * len(sets)
+    return mux_cuts(sets, weights, seed=recipe.batching.seed).to_eager()
+
+
+def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, Any]:
+    """Model, module, data loaders, callbacks and loggers for a run (no training yet)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from lhotse.dataset import SimpleCutSampler
+    from torch.utils.data import DataLoader
+
+    from asrflow.train.data import AsrDataset, make_sampler
+    from asrflow.train.diagnostics import Diagnostics
+    from asrflow.train.model import build_model
+    from asrflow.train.module import AsrModule
+    from asrflow.train.resume import SkippingSampler
+    from asrflow.train.tokens import TokenEncoder
+
+    L.seed_everything(recipe.trainer.seed, workers=True)
+    if recipe.trainer.allow_tf32 and torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    norm = TextNormalization.from_dict(spec.normalization)
+    encoder = TokenEncoder(spec.bpe_model, spec.tokens, norm)
+    model, args = build_model(recipe.model, spec.tokens, spec.bpe_model)
+
+    train = _load_train_cuts(spec, recipe)
+    dev = load_cuts(spec.dev_cuts)
+    if spec.max_dev_cuts is not None:
+        dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
+    sample_rate = int(args.frontend_conf.get("fs", 16000)) if args.frontend_conf else 16000
+    dataset = AsrDataset(encoder, sample_rate=sample_rate)
+    workers = recipe.batching.num_workers
+    train_sampler = SkippingSampler(make_sampler(train, recipe.batching))
+    train_loader = DataLoader(
+        dataset,
+        batch_size=None,
+        sampler=train_sampler,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    dev_sampler = SimpleCutSampler(dev, max_duration=recipe.batching.max_duration, shuffle=False)
+    dev_loader = DataLoader(dataset, batch_size=None, sampler=dev_sampler, num_workers=0)
+
+    references = {c.id: normalize(text(c), norm) for c in dev}
+    decode_ids = sorted(references)[: recipe.diagnostics.num_decode_utterances]
+    diagnostics = Diagnostics(
+        work / "diagnostics",
+        decode_ids,
+        spike_factor=recipe.diagnostics.spike_factor,
+        spike_window=recipe.diagnostics.spike_window,
+        warmup_steps=warmup_steps(recipe.scheduler, recipe.trainer.max_steps),
+        blank_warning=recipe.diagnostics.blank_warning_after_warmup,
+    )
+    module = AsrModule(model, recipe, encoder, references, diagnostics, train_sampler)
+    ckpt_dir = work / CHECKPOINTS
+    callbacks = [
+        ModelCheckpoint(
+            dirpath=ckpt_dir,
+            monitor=c.monitor,
+            mode=c.mode,
+            save_top_k=c.top_k,
+            filename=f"{checkpoint_tag(c.monitor)}.step{{step:07d}}",
+            auto_insert_metric_name=False,
+            save_last=(i == 0),
+        )
+        for i, c in enumerate(recipe.criteria)
+    ]
+    callbacks.append(LearningRateMonitor(logging_interval="step"))
+    loggers = [
+        CSVLogger(work, name="csv", version=""),
+        TensorBoardLogger(work, name="tensorboard", version=""),
+    ]
+    return {
+        "module": module,
+        "args": args,
+        "train_loader": train_loader,
+        "dev_loader": dev_loader,
+        "callbacks": callbacks,
+        "loggers": loggers,
+        "diagnostics": diagnostics,
+        "num_train_cuts": len(train),
+        "num_dev_cuts": len(dev),
+    }
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link (or copy) every file of ``src`` into ``dst``."""
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dst / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
+def train_run(
+    spec: RunSpec,
+    work_dir: Pathlike,
+    out_dir: Pathlike,
+    summary_path: Pathlike,
+    **trainer_overrides: Any,
+) -> dict[str, Any]:
+    """Train (or resume) one run; returns and writes the run summary."""
+    import lightning as L
+
+    work, out = Path(work_dir), Path(out_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    recipe = load_recipe(spec.recipe, spec.overrides)
+    check_recipe(recipe, source=f"{spec.recipe} (run {spec.name})")
+    budget = update_budget(recipe)
+    summary: dict[str, Any] = {
+        "run": spec.name,
+        "status": "running",
+        "recipe": str(spec.recipe),
+        "overrides": dict(spec.overrides),
+        "update_budget": budget,
+        "effective_batch_seconds": effective_batch_seconds(recipe),
+        "hashes": _hashes(spec, recipe),
+        "host": platform.node(),
+    }
+    started = time.time()
+    last = work / CHECKPOINTS / LAST
+    resumed_from = str(last) if last.is_file() else None
+    try:
+        parts = build_trainer_parts(spec, recipe, work)
+        kwargs = {**trainer_kwargs(recipe), **trainer_overrides}
+        if kwargs.get("devices", 1) > 1 or kwargs.get("num_nodes", 1) > 1:
+            kwargs.setdefault("strategy", "ddp")
+        trainer = L.Trainer(
+            default_root_dir=work,
+            max_epochs=-1,
+            callbacks=parts["callbacks"],
+            logger=parts["loggers"],
+            log_every_n_steps=1,
+            use_distributed_sampler=False,
+            num_sanity_val_steps=0,
+            **kwargs,
+        )
+        if resumed_from:
+            log.info("resuming run %s from %s", spec.name, resumed_from)
+        trainer.fit(
+            parts["module"],
+            parts["train_loader"],
+            parts["dev_loader"],
+            ckpt_path=resumed_from,
+            weights_only=True,
+        )
+    except BaseException as exc:
+        summary.update(
+            status="failed",
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(limit=20),
+            wall_seconds=time.time() - started,
+            resumed_from=resumed_from,
+        )
+        write_json(work / "summary.json", summary)
+        raise
+    best = {
+        cb.monitor: {
+            "best_model_path": str(Path(cb.best_model_path).name) if cb.best_model_path else None,
+            "best_model_score": float(cb.best_model_score)
+            if cb.best_model_score is not None
+            else None,
+            "top_k": {Path(p).name: float(s) for p, s in sorted(cb.best_k_models.items())},
+            "mode": cb.mode,
+        }
+        for cb in parts["callbacks"]
+        if hasattr(cb, "best_k_models")
+    }
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    summary.update(
+        status="completed",
+        steps=trainer.global_step,
+        epochs=trainer.current_epoch,
+        wall_seconds=time.time() - started,
+        resumed_from=resumed_from,
+        num_parameters=sum(p.numel() for p in parts["module"].model.parameters()),
+        num_train_cuts=parts["num_train_cuts"],
+        num_dev_cuts=parts["num_dev_cuts"],
+        precision=str(trainer.precision),
+        devices=trainer.num_devices,
+        num_nodes=trainer.num_nodes,
+        world_size=trainer.world_size,
+        criteria=best,
+        final_metrics=metrics,
+        loss_spikes=parts["diagnostics"].num_spikes,
+        warnings=parts["diagnostics"].warnings,
+    )
+    if trainer.global_rank == 0:
+        if out.exists():
+            shutil.rmtree(out)
+        for sub in (CHECKPOINTS, "diagnostics", "csv"):
+            if (work / sub).exists():
+                _link_tree(work / sub, out / sub)
+        write_json(
+            out / "espnet_config.json", json.loads(json.dumps(vars(parts["args"]), default=str))
+        )
+        write_json(summary_path, summary)
+        write_json(work / "summary.json", summary)
+    return summary
+
+
+def spec_from_inputs(
+    name: str,
+    inputs: Mapping[str, Any],
+    *,
+    normalization: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    weights: Sequence[float] | None = None,
+    **extra: Any,
+) -> RunSpec:
+    """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``dev``, ``bpe_model``,
+    ``tokens``, ``recipe``)."""
+    train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
+    return RunSpec(
+        name=name,
+        recipe=str(inputs["recipe"]),
+        train_cuts=train,
+        dev_cuts=str(inputs["dev"]),
+        bpe_model=str(inputs["bpe_model"]),
+        tokens=str(inputs["tokens"]),
+        normalization=normalization,
+        overrides=overrides,
+        train_weights=weights,
+        **extra,
+    )
+
+
+def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
+    """The batch audit of a run: its recipe's sampler over its train cuts, no model, no audio."""
+    import tempfile
+
+    from asrflow.data.cuts import save_cuts
+    from asrflow.train.audit import audit_batches
+
+    recipe = load_recipe(spec.recipe, spec.overrides)
+    check_recipe(recipe, source=f"{spec.recipe} (run {spec.name})")
+    with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
+        cuts_path = spec.train_cuts[0]
+        if len(spec.train_cuts) > 1:
+            cuts_path = Path(tmp) / "train.jsonl.gz"
+            save_cuts(_load_train_cuts(spec, recipe), cuts_path)
+        return audit_batches(
+            cuts_path,
+            spec.bpe_model,
+            spec.tokens,
+            TextNormalization.from_dict(spec.normalization),
+            recipe.batching,
+            recipe.loss.normalization,
+            out_json,
+            out_png,
+            out_txt,
+        )
+
+
+def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict[str, Any]:
+    """Train a few steps on a handful of utterances, validate and decode; fail fast on a
+    manifest/tokenizer/model mismatch. Starts from scratch every time."""
+    work = Path(work_dir)
+    if work.exists():
+        shutil.rmtree(work)
+    out = work / "out"
+    summary = train_run(spec, work / "train", out, work / "summary.json")
+    transcripts = sorted((out / "diagnostics" / "transcripts").glob("step*.txt"))
+    if not transcripts:
+        raise RuntimeError("smoke run: the validation wrote no transcripts")
+    summary["transcripts"] = transcripts[-1].read_text(encoding="utf-8")
+    write_json(summary_path, summary)
+    shutil.rmtree(work)
+    return summary

@@ -1,0 +1,161 @@
+"""Optimizer and learning-rate schedule: linear warmup, then cosine decay, stepped per update.
+
+Everything here counts *optimizer steps* (updates), the unit of Lightning's ``max_steps`` and
+``global_step``: with ``accumulate_grad_batches = k`` one step takes k batches. The scheduler is
+returned with ``interval: "step"``, which Lightning only advances after an optimizer step (never
+on an accumulating batch), so the schedule and the trainer agree on where training ends: after
+``max_steps`` updates the scheduler has been stepped ``max_steps`` times and the learning rate
+sits at ``min_lr_ratio x peak``.
+
+Example::
+
+    optimizer = build_optimizer(model.parameters(), recipe.optim, scaled_lr(recipe))
+    return {"optimizer": optimizer, "lr_scheduler": build_scheduler(optimizer, recipe)}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from asrflow.errors import AsrflowError
+
+if TYPE_CHECKING:
+    from asrflow.train.recipe import OptimConfig, Recipe, SchedulerConfig
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SCHEDULERS = ("warmup_cosine",)
+
+
+def warmup_steps(scheduler_cfg: SchedulerConfig, max_steps: int) -> int:
+    """Warmup length in optimizer steps.
+
+    ``warmup`` is a fraction of ``max_steps`` when it is a float below 1 (rounded, at least 1
+    step) or a number of steps when it is an integer >= 1. ``warmup: 0`` means 1 step (the first
+    update already runs at the peak rate).
+    """
+    w = scheduler_cfg.warmup
+    if isinstance(w, bool) or not isinstance(w, int | float) or w < 0:
+        raise AsrflowError(
+            f"scheduler.warmup must be a fraction in [0, 1) or a whole number of steps, got {w!r}"
+        )
+    if isinstance(w, float):
+        if w >= 1.0:
+            raise AsrflowError(
+                f"scheduler.warmup ({w}) is a float >= 1; write a fraction of trainer.max_steps "
+                "below 1 (e.g. 0.02) or a whole number of steps without a decimal point (e.g. 500)"
+            )
+        return max(1, round(w * max_steps))
+    return max(1, w)
+
+
+def total_steps(scheduler_cfg: SchedulerConfig, max_steps: int) -> int:
+    """Steps at which the schedule reaches its end: ``trainer.max_steps`` unless given (equal)."""
+    given = scheduler_cfg.total_steps
+    if given is None:
+        return max_steps
+    if given != max_steps:
+        raise AsrflowError(
+            f"scheduler.total_steps ({given}) != trainer.max_steps ({max_steps}): the scheduler "
+            "would not reach its end where training stops; remove scheduler.total_steps "
+            "or make them equal"
+        )
+    return given
+
+
+@dataclass
+class WarmupCosine:
+    """LR multiplier at optimizer step ``s`` (the number of scheduler steps taken so far).
+
+    - ``s <= warmup``: linear, ``(s + 1) / (warmup + 1)``: small but non-zero at step 0 (no
+      update is wasted at lr 0) and exactly 1 at ``s == warmup``;
+    - ``warmup <= s <= total``: cosine from 1 down to ``min_lr_ratio``, reached at ``s == total``;
+    - ``s > total``: flat at ``min_lr_ratio``.
+
+    A plain dataclass rather than a closure, so ``LambdaLR.state_dict()`` records its settings.
+    """
+
+    warmup: int
+    total: int
+    min_lr_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.warmup < self.total:
+            raise ValueError(f"need 0 <= warmup < total, got {self.warmup}, {self.total}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+    def __call__(self, step: int) -> float:
+        if step <= self.warmup:
+            return (step + 1) / (self.warmup + 1)
+        if step >= self.total:
+            return self.min_lr_ratio
+        progress = (step - self.warmup) / (self.total - self.warmup)
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (
+            1.0 + math.cos(math.pi * progress)
+        )
+
+
+def warmup_cosine_lambda(warmup: int, total: int, min_lr_ratio: float = 0.0) -> WarmupCosine:
+    """The multiplier function for ``LambdaLR``; see :class:`WarmupCosine`."""
+    return WarmupCosine(warmup, total, min_lr_ratio)
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]],
+    optim_cfg: OptimConfig,
+    lr: float,
+) -> torch.optim.Optimizer:
+    """The optimizer named by ``optim.name`` (adamw, adam or sgd) at peak learning rate ``lr``.
+
+    ``lr`` is passed separately so that callers apply :func:`asrflow.train.recipe.scaled_lr`.
+    ``adam`` adds weight decay to the gradient (L2, as ESPnet's ``optim: adam``); ``adamw``
+    decouples it. ``sgd`` uses ``momentum`` and ignores ``betas``/``eps``.
+    """
+    name = optim_cfg.name
+    if name == "adamw":
+        return torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=tuple(optim_cfg.betas),
+            eps=optim_cfg.eps,
+            weight_decay=optim_cfg.weight_decay,
+        )
+    if name == "adam":
+        return torch.optim.Adam(
+            params,
+            lr=lr,
+            betas=tuple(optim_cfg.betas),
+            eps=optim_cfg.eps,
+            weight_decay=optim_cfg.weight_decay,
+        )
+    if name == "sgd":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=optim_cfg.momentum, weight_decay=optim_cfg.weight_decay
+        )
+    raise AsrflowError(f"optim.name must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, recipe: Recipe) -> dict[str, Any]:
+    """Lightning's ``lr_scheduler`` config: a ``LambdaLR`` stepped once per optimizer step."""
+    cfg = recipe.scheduler
+    if cfg.name not in SCHEDULERS:
+        raise AsrflowError(
+            f"scheduler.name must be one of {', '.join(SCHEDULERS)}, got {cfg.name!r}"
+        )
+    max_steps = recipe.trainer.max_steps
+    total = total_steps(cfg, max_steps)
+    warmup = warmup_steps(cfg, max_steps)
+    if warmup >= total:
+        raise AsrflowError(
+            f"scheduler.warmup ({warmup} steps) >= trainer.max_steps ({total}): training would "
+            "end before the warmup does; shorten the warmup or train longer"
+        )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine_lambda(warmup, total, cfg.min_lr_ratio)
+    )
+    return {"scheduler": scheduler, "interval": "step", "frequency": 1, "name": "lr"}

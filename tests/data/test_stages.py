@@ -1,0 +1,255 @@
+"""Tests for asrflow.data.stages: the data rules end to end on a tiny NeMo corpus (no Snakemake)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from asrflow.data.cuts import field, load_cuts, origin
+from asrflow.data.stages import (
+    filter_split,
+    holdout_split,
+    import_split,
+    validate_corpus,
+)
+from asrflow.errors import ValidationFailed
+
+OLD_NS = 10**18
+SPLITS = ("train", "dev", "test")
+
+
+def wavs(tmp_path: Path, prefix: str = "") -> list[str]:
+    """Every audio file the nemo_corpus fixture wrote (optionally of one split)."""
+    audio = (tmp_path / "corpus" / "audio").resolve()
+    return sorted(str(p) for p in audio.glob(f"{prefix}*.wav"))
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def ids(path: Path) -> list[str]:
+    return [c.id for c in load_cuts(path)]
+
+
+def import_all(manifests: dict[str, Path], out: Path) -> dict[str, Path]:
+    paths = {}
+    for split, manifest in manifests.items():
+        paths[split] = out / "imported" / f"{split}.jsonl.gz"
+        import_split("nemo", manifest, paths[split], threads=2)
+    return paths
+
+
+def run_validate(split_paths: dict[str, Path], out: Path, **validation) -> list[str]:
+    return validate_corpus(
+        "c",
+        split_paths,
+        out / "validated",
+        out / "validation.json",
+        out / "validation.txt",
+        validation=validation,
+        normalization={},
+        threads=2,
+    )
+
+
+def run_filter(cuts: Path, out: Path, split: str) -> None:
+    filter_split(
+        cuts,
+        out / "filtered" / f"{split}.jsonl.gz",
+        out / "filtered" / f"{split}.report.json",
+        out / "filtered" / f"{split}.report.txt",
+        filter={},
+        slice_fields=["condition", "has_entity"],
+        normalization={},
+    )
+
+
+# --- import ----------------------------------------------------------------------------------
+
+
+def test_import_split_writes_cuts_and_returns_its_audio(nemo_corpus, tmp_path: Path) -> None:
+    manifests = nemo_corpus()
+    out = tmp_path / "out" / "imported" / "train.jsonl.gz"
+    audio = import_split("nemo", manifests["train"], out, threads=2)
+    assert audio == wavs(tmp_path, "train-")  # complete, sorted, absolute, train only
+    assert len(audio) == 9
+    assert all(Path(a).is_absolute() and Path(a).is_file() for a in audio)
+    cuts = list(load_cuts(out))
+    assert [c.id for c in cuts] == [f"train-{s}-{i}" for s in "abc" for i in range(3)]
+    assert origin(cuts[2]) == f"{manifests['train']}:3"
+    assert tree(tmp_path / "out") == ["imported", "imported/train.jsonl.gz"]
+
+
+def test_import_split_is_content_stable(nemo_corpus, tmp_path: Path) -> None:
+    manifests = nemo_corpus()
+    out = tmp_path / "dev.jsonl.gz"
+    import_split("nemo", manifests["dev"], out)
+    first = out.read_bytes()
+    os.utime(out, ns=(OLD_NS, OLD_NS))
+    import_split("nemo", manifests["dev"], out)
+    assert out.read_bytes() == first
+    assert out.stat().st_mtime_ns == OLD_NS  # a rerun with the same manifest changes nothing
+
+
+# --- import -> validate -> filter ------------------------------------------------------------
+
+
+def test_import_validate_filter(nemo_corpus, tmp_path: Path) -> None:
+    def mutate(rows):
+        rows["train"][0]["text"] = "x" * 40  # 40 chars in 1 s: too many chars per second
+
+    manifests = nemo_corpus(mutate)
+    out = tmp_path / "out"
+    imported = import_all(manifests, out)
+
+    audio = run_validate(imported, out)
+    assert audio == wavs(tmp_path)  # every split's audio
+    assert len(audio) == 15
+    assert sorted(p.name for p in (out / "validated").iterdir()) == [
+        f"{s}.jsonl.gz" for s in sorted(SPLITS)
+    ]
+    for split in SPLITS:  # validated cuts are the imported cuts, byte for byte
+        assert (out / "validated" / f"{split}.jsonl.gz").read_bytes() == imported[
+            split
+        ].read_bytes()
+    report = json.loads((out / "validation.json").read_text())
+    assert report["ok"] is True
+    assert report["corpus"] == "c"
+    assert {s: v["utterances"] for s, v in report["splits"].items()} == {
+        "train": 9,
+        "dev": 3,
+        "test": 3,
+    }
+    assert "PASSED" in (out / "validation.txt").read_text()
+
+    for split in SPLITS:
+        run_filter(out / "validated" / f"{split}.jsonl.gz", out, split)
+    assert tree(out / "filtered") == sorted(
+        f"{s}{ext}" for s in SPLITS for ext in (".jsonl.gz", ".report.json", ".report.txt")
+    )
+    assert ids(out / "filtered" / "train.jsonl.gz") == [
+        f"train-{s}-{i}" for s in "abc" for i in range(3) if (s, i) != ("a", 0)
+    ]
+    assert len(ids(out / "filtered" / "dev.jsonl.gz")) == 3
+    train_report = json.loads((out / "filtered" / "train.report.json").read_text())
+    assert train_report["input"] == 9
+    assert train_report["kept"] == 8
+    assert train_report["removed_ids"]["too_many_chars_per_second"] == ["train-a-0"]
+    assert train_report["removed_by_slice"]["condition"] == {"clean": 1}
+    dev_report = json.loads((out / "filtered" / "dev.report.json").read_text())
+    assert dev_report["removed"] == 0
+    assert (out / "filtered" / "train.report.txt").read_text().strip()
+
+
+def test_validate_corpus_with_lower_tolerance_still_passes(nemo_corpus, tmp_path: Path) -> None:
+    """The fixture's audio lasts exactly as declared; settings reach the validator."""
+    out = tmp_path / "out"
+    imported = import_all(nemo_corpus(), out)
+    run_validate(imported, out, duration_tolerance=0.0, full_decode=True)
+    report = json.loads((out / "validation.json").read_text())
+    assert report["config"]["duration_tolerance"] == 0.0
+    assert report["config"]["full_decode"] is True
+    assert report["config"]["threads"] == 2
+
+
+def test_validate_corpus_fails_and_writes_nothing(nemo_corpus, tmp_path: Path) -> None:
+    def mutate(rows):
+        rows["test"][1]["text"] = ""
+
+    manifests = nemo_corpus(mutate)
+    imported = import_all(manifests, tmp_path / "in")
+    out = tmp_path / "out"
+    with pytest.raises(ValidationFailed) as err:
+        run_validate(imported, out)
+    message = str(err.value)
+    assert f"{manifests['test']}:2" in message
+    assert "empty transcript" in message
+    assert not out.exists()  # no report, no validated dir, not even the parent
+
+
+def test_validate_corpus_failure_keeps_existing_outputs_untouched(
+    nemo_corpus, tmp_path: Path
+) -> None:
+    """A failed run neither deletes nor half-rewrites what an earlier run wrote."""
+    good = nemo_corpus()
+    out = tmp_path / "out"
+    run_validate(import_all(good, tmp_path / "good"), out)
+    before = {p: (out / p).read_bytes() for p in tree(out) if (out / p).is_file()}
+
+    def mutate(rows):
+        rows["dev"][0]["speaker"] = "a"  # speaker a also in train
+
+    bad = import_all(nemo_corpus(mutate), tmp_path / "bad")
+    with pytest.raises(ValidationFailed, match=r"speaker .a. occurs in splits dev, train"):
+        run_validate(bad, out)
+    assert {p: (out / p).read_bytes() for p in tree(out) if (out / p).is_file()} == before
+
+
+# --- holdout ---------------------------------------------------------------------------------
+
+
+def test_holdout_split_disjoint_speakers(nemo_corpus, tmp_path: Path) -> None:
+    manifests = nemo_corpus(speakers={"all": ["a", "b", "c", "d", "e", "f", "g"]})
+    out = tmp_path / "out"
+    all_cuts = out / "imported" / "all.jsonl.gz"
+    audio = import_split("nemo", manifests["all"], all_cuts)
+    assert audio == wavs(tmp_path)
+    assert len(audio) == 21
+
+    holdout_split(
+        all_cuts, out / "holdout", {"by": "speaker", "fractions": {"dev": 0.15, "test": 0.15}}
+    )
+    assert sorted(p.name for p in (out / "holdout").iterdir()) == [
+        "dev.jsonl.gz",
+        "test.jsonl.gz",
+        "train.jsonl.gz",
+    ]
+    parts = {s: list(load_cuts(out / "holdout" / f"{s}.jsonl.gz")) for s in SPLITS}
+    speakers = {s: {field(c, "speaker") for c in cuts} for s, cuts in parts.items()}
+    assert all(speakers.values())
+    assert not speakers["train"] & speakers["dev"]
+    assert not speakers["train"] & speakers["test"]
+    assert not speakers["dev"] & speakers["test"]
+    assert sorted(c.id for cuts in parts.values() for c in cuts) == sorted(ids(all_cuts))
+    assert len(parts["train"]) > len(parts["dev"])
+    # origins still name the line of the single source manifest
+    assert all(origin(c).startswith(f"{manifests['all']}:") for c in parts["dev"])
+
+    # holdout output feeds validation, which then passes and returns every audio file
+    validated = run_validate({s: out / "holdout" / f"{s}.jsonl.gz" for s in SPLITS}, out)
+    assert validated == audio
+
+
+def test_holdout_split_defaults_and_reproducibility(nemo_corpus, tmp_path: Path) -> None:
+    manifests = nemo_corpus(speakers={"all": ["a", "b", "c", "d", "e"]})
+    all_cuts = tmp_path / "all.jsonl.gz"
+    import_split("nemo", manifests["all"], all_cuts)
+    holdout_split(all_cuts, tmp_path / "h1", {})
+    holdout_split(all_cuts, tmp_path / "h2", {"by": "speaker", "seed": 0})
+    for split in SPLITS:
+        assert (tmp_path / "h1" / f"{split}.jsonl.gz").read_bytes() == (
+            tmp_path / "h2" / f"{split}.jsonl.gz"
+        ).read_bytes()
+
+
+def test_holdout_split_by_session_keeps_sessions_whole(nemo_corpus, tmp_path: Path) -> None:
+    manifests = nemo_corpus(speakers={"all": ["a", "b", "c"]})
+    all_cuts = tmp_path / "all.jsonl.gz"
+    import_split("nemo", manifests["all"], all_cuts)
+    holdout_split(
+        all_cuts, tmp_path / "h", {"by": "session", "fractions": {"eval": 0.2}, "seed": 3}
+    )
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == [
+        "eval.jsonl.gz",
+        "train.jsonl.gz",
+    ]
+    sessions = {
+        s: {field(c, "session") for c in load_cuts(tmp_path / "h" / f"{s}.jsonl.gz")}
+        for s in ("train", "eval")
+    }
+    assert sessions["eval"] and sessions["train"]
+    assert not sessions["train"] & sessions["eval"]

@@ -1,0 +1,312 @@
+"""Tests for config/config.schema.yaml: the shipped config validates, defaults are filled in
+the way Snakemake fills them, every property is documented, and bad corpora are rejected."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator, ValidationError, validators
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate as snakemake_validate
+
+from asrflow import layout
+from asrflow.data.filter import FilterConfig
+from asrflow.data.validate import ValidationConfig
+from asrflow.text import TextNormalization
+from asrflow.tokenizer import TokenizerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_PATH = ROOT / "config" / "config.schema.yaml"
+CONFIG_PATH = ROOT / "config" / "config.yaml"
+
+
+def load_schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def load_config() -> dict[str, Any]:
+    return yaml.safe_load(CONFIG_PATH.read_text(encoding="utf-8"))
+
+
+def _with_defaults(validator_class):
+    """jsonschema's FAQ recipe, as in snakemake.utils.validate: fill defaults while validating."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        for name, subschema in properties.items():
+            if "default" in subschema and isinstance(instance, dict):
+                instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+DefaultFilling = _with_defaults(Draft202012Validator)
+
+
+def fill(config: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``config`` against the schema (raising ValidationError) and fill defaults."""
+    DefaultFilling(load_schema()).validate(config)
+    return config
+
+
+def errors(config: dict[str, Any]) -> list[ValidationError]:
+    return list(Draft202012Validator(load_schema()).iter_errors(config))
+
+
+def nemo(**extra: Any) -> dict[str, Any]:
+    return {"corpora": {"mine": {"source": "nemo", **extra}}}
+
+
+# --- the schema itself -----------------------------------------------------------------------
+
+
+def test_schema_is_a_valid_draft_2020_12_schema() -> None:
+    schema = load_schema()
+    assert schema["$schema"] == Draft202012Validator.META_SCHEMA["$schema"]
+    Draft202012Validator.check_schema(schema)
+
+
+def documented_properties(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """Every declared property (path, subschema) reachable through properties,
+    additionalProperties, items and $defs. Constraint branches (oneOf/anyOf/allOf/not) only
+    restate properties declared above, so they are not descended into."""
+    if not isinstance(node, dict):
+        return
+    for name, sub in node.get("properties", {}).items():
+        path = f"{where}.{name}" if where else name
+        yield path, sub
+        yield from documented_properties(sub, path)
+    for key in ("additionalProperties", "items"):
+        if isinstance(node.get(key), dict):
+            yield from documented_properties(node[key], f"{where}.<{key}>")
+    for name, sub in node.get("$defs", {}).items():
+        yield from documented_properties(sub, f"$defs.{name}")
+
+
+def test_every_property_has_a_description() -> None:
+    schema = load_schema()
+    props = dict(documented_properties(schema, ""))
+    # the walk reaches the top level, both $defs and their nested objects
+    for path in (
+        "text_normalization.lowercase",
+        "corpora",
+        "tokenizers",
+        "$defs.corpus.source",
+        "$defs.corpus.synthetic.snr_db",
+        "$defs.corpus.holdout.fractions",
+        "$defs.corpus.validation.duration_tolerance",
+        "$defs.corpus.filter.max_chars_per_second",
+        "$defs.tokenizer.max_piece_length",
+    ):
+        assert path in props
+    undocumented = [
+        path
+        for path, sub in props.items()
+        if not (isinstance(sub.get("description"), str) and sub["description"].strip())
+    ]
+    assert undocumented == []
+    assert isinstance(schema.get("description"), str)
+
+
+def test_description_walk_catches_a_missing_description() -> None:
+    schema = load_schema()
+    del schema["$defs"]["corpus"]["properties"]["validation"]["properties"]["full_decode"][
+        "description"
+    ]
+    missing = [p for p, sub in documented_properties(schema, "") if "description" not in sub]
+    assert missing == ["$defs.corpus.validation.full_decode"]
+
+
+def test_every_default_is_valid_for_its_own_property() -> None:
+    schema = load_schema()
+    for path, sub in documented_properties(schema, ""):
+        if "default" in sub:
+            resolved = {**sub, "$defs": schema["$defs"]}
+            assert Draft202012Validator(resolved).is_valid(sub["default"]), path
+
+
+# --- the shipped config and its defaults -----------------------------------------------------
+
+
+def test_shipped_config_validates_and_defaults_are_filled() -> None:
+    config = fill(load_config())
+    demo = config["corpora"]["demo"]
+    assert demo["validation"]["duration_tolerance"] == 0.05
+    assert demo["validation"]["full_decode"] is False
+    assert demo["validation"]["allow_group_overlap"] == []
+    assert demo["filter"]["max_chars_per_second"] == 30.0
+    assert demo["sampling_rate"] == 16000
+    assert demo["synthetic"]["num_speakers"] == 12
+    assert demo["synthetic"]["num_utterances"] == 1500  # given values are kept
+    assert config["text_normalization"]["lowercase"] is True
+    assert config["text_normalization"]["unicode_form"] == "NFKC"
+    assert config["text_normalization"]["replacements"] == {}
+    for tok in config["tokenizers"].values():
+        assert tok["max_piece_length"] == 16
+        assert tok["character_coverage"] == 1.0
+    assert config["tokenizers"]["demo_unigram"]["vocab_size"] == 100  # not the default 200
+    layout.check_config(config)
+
+
+def test_snakemake_validate_fills_the_same_defaults() -> None:
+    """What rules/common.smk runs; outside a workflow the schema path must be absolute."""
+    ours = fill(load_config())
+    theirs = load_config()
+    snakemake_validate(theirs, str(SCHEMA_PATH))
+    assert theirs == ours
+    assert theirs["corpora"]["demo"]["validation"]["duration_tolerance"] == 0.05
+    assert theirs["text_normalization"]["lowercase"] is True
+    assert theirs["tokenizers"]["demo_unigram"]["max_piece_length"] == 16
+
+
+def test_snakemake_validate_rejects_a_bad_config() -> None:
+    config = load_config()
+    config["corpora"]["demo"]["source"] = "wav"
+    with pytest.raises(WorkflowError):
+        snakemake_validate(config, str(SCHEMA_PATH))
+
+
+def test_minimal_config_gets_every_section() -> None:
+    config = fill({"corpora": {"demo": {"source": "synthetic"}}})
+    top = load_schema()["properties"]
+    assert set(config) == {"corpora"} | {k for k, v in top.items() if "default" in v}
+    assert {"text_normalization", "tokenizers"} <= set(config)
+    assert config["tokenizers"] == {}
+    demo = config["corpora"]["demo"]
+    assert set(demo) == {
+        "source",
+        "synthetic",
+        "sampling_rate",
+        "slice_fields",
+        "validation",
+        "filter",
+    }
+    assert demo["slice_fields"] == ["condition", "has_entity", "code_switch"]
+
+
+def test_holdout_defaults() -> None:
+    config = fill(nemo(holdout={"manifest": "all.jsonl"}))
+    holdout = config["corpora"]["mine"]["holdout"]
+    assert holdout == {
+        "manifest": "all.jsonl",
+        "by": "speaker",
+        "fractions": {"dev": 0.1, "test": 0.1},
+        "seed": 0,
+    }
+    assert layout.splits(config, "mine") == ["train", "dev", "test"]
+
+
+def test_schema_defaults_match_the_code_defaults() -> None:
+    """The schema fills every key, so its defaults are what runs; they must agree with the
+    dataclasses' own defaults that the library (and its docs) assume."""
+    config = fill(
+        {
+            "corpora": {"demo": {"source": "synthetic"}},
+            "tokenizers": {"t": {"corpus": "demo"}},
+        }
+    )
+    demo = config["corpora"]["demo"]
+    assert FilterConfig(**demo["filter"]) == FilterConfig()
+    assert "threads" not in demo["validation"]  # a resource, set by the rule
+    assert ValidationConfig.from_dict(demo["validation"]) == ValidationConfig()
+    assert TextNormalization.from_dict(config["text_normalization"]) == TextNormalization()
+    tok = dict(config["tokenizers"]["t"])
+    del tok["corpus"]
+    assert TokenizerConfig(**tok) == TokenizerConfig()
+
+
+# --- rejected configs ------------------------------------------------------------------------
+
+
+def assert_rejected(config: dict[str, Any], *fragments: str) -> None:
+    found = errors(config)
+    assert found, "config was accepted"
+    text = "\n".join(f"{list(e.absolute_path)} {e.message}" for e in found)
+    for fragment in fragments:
+        assert fragment in text, text
+    with pytest.raises(ValidationError):
+        fill(config)
+
+
+def test_good_corpora_are_accepted() -> None:
+    for config in (
+        nemo(manifests={"train": "t.jsonl", "dev": "d.jsonl"}),
+        nemo(holdout={"manifest": "all.jsonl", "fractions": {"eval": 0.2}}),
+        {"corpora": {"k": {"source": "kaldi", "manifests": {"train": "data/train"}}}},
+        {"corpora": {"l": {"source": "lhotse", "holdout": {"manifest": "c.jsonl.gz"}}}},
+    ):
+        assert errors(config) == [], config
+
+
+def test_manifests_and_holdout_together_are_rejected() -> None:
+    assert_rejected(
+        nemo(manifests={"train": "t.jsonl"}, holdout={"manifest": "all.jsonl"}),
+        "['corpora', 'mine']",
+    )
+
+
+def test_neither_manifests_nor_holdout_is_rejected() -> None:
+    assert_rejected(nemo(), "['corpora', 'mine']")
+
+
+def test_synthetic_with_manifests_is_rejected() -> None:
+    assert_rejected(
+        {"corpora": {"demo": {"source": "synthetic", "manifests": {"train": "t.jsonl"}}}},
+        "['corpora', 'demo']",
+    )
+
+
+def test_unknown_key_is_rejected() -> None:
+    assert_rejected(nemo(manifests={"train": "t.jsonl"}, manifset="x"), "'manifset'")
+    assert_rejected(
+        {"corpora": {"demo": {"source": "synthetic"}}, "tokenisers": {}}, "'tokenisers'"
+    )
+    assert_rejected(
+        {"corpora": {"demo": {"source": "synthetic", "validation": {"tolerance": 0.1}}}},
+        "'tolerance'",
+    )
+
+
+def test_bad_source_is_rejected() -> None:
+    assert_rejected(
+        {"corpora": {"x": {"source": "wav", "manifests": {"train": "t"}}}},
+        "['corpora', 'x', 'source'] 'wav' is not one of",
+    )
+    assert_rejected({"corpora": {"x": {"manifests": {"train": "t"}}}}, "'source' is a required")
+
+
+@pytest.mark.parametrize(
+    "config, fragment",
+    [
+        ({"corpora": {}}, "should be non-empty"),
+        ({}, "'corpora' is a required"),
+        (nemo(manifests={}), "['corpora', 'mine', 'manifests']"),
+        (nemo(manifests={"train/x": "t"}), "does not match"),
+        (nemo(holdout={"manifest": "a", "fractions": {"train": 0.1}}), "fractions"),
+        (nemo(holdout={"manifest": "a", "fractions": {"dev": 1.0}}), "fractions"),
+        (nemo(holdout={"by": "speaker"}), "'manifest' is a required"),
+        (
+            {"corpora": {"d": {"source": "synthetic"}}, "tokenizers": {"t": {"vocab_size": 10}}},
+            "'corpus' is a required",
+        ),
+        (
+            {
+                "corpora": {"d": {"source": "synthetic"}},
+                "tokenizers": {"t": {"corpus": "d", "model_type": "wordpiece"}},
+            },
+            "'wordpiece' is not one of",
+        ),
+        (
+            {"corpora": {"d": {"source": "synthetic"}}, "text_normalization": {"lowercase": "yes"}},
+            "is not of type 'boolean'",
+        ),
+    ],
+)
+def test_other_bad_configs_are_rejected(config: dict[str, Any], fragment: str) -> None:
+    assert_rejected(config, fragment)

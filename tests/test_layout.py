@@ -1,0 +1,216 @@
+"""Tests for asrflow.layout: artifact paths, splits and config cross-checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from asrflow import layout
+from asrflow.errors import AsrflowError
+
+CONFIG = {
+    "corpora": {
+        "demo": {"source": "synthetic"},
+        "mine": {
+            "source": "nemo",
+            "manifests": {"test": "d/test.jsonl", "train": "d/train.jsonl", "dev": "d/dev.jsonl"},
+        },
+        "kal": {"source": "kaldi", "manifests": {"zz": "k/zz", "train": "k/train", "aa": "k/aa"}},
+        "held": {"source": "nemo", "holdout": {"manifest": "d/all.jsonl", "by": "session"}},
+        "held3": {
+            "source": "lhotse",
+            "holdout": {"manifest": "h/all.jsonl.gz", "fractions": {"val": 0.05, "eval": 0.1}},
+        },
+    },
+    "tokenizers": {"t1": {"corpus": "demo"}, "t2": {"corpus": "mine", "vocab_size": 50}},
+}
+
+
+# --- paths -----------------------------------------------------------------------------------
+
+
+def test_templates_keep_wildcards() -> None:
+    assert layout.imported("{corpus}", "{split}") == (
+        "results/data/{corpus}/imported/{split}.jsonl.gz"
+    )
+    assert layout.filtered("{corpus}", "{split}") == (
+        "results/data/{corpus}/filtered/{split}.jsonl.gz"
+    )
+    assert layout.filter_report("{corpus}", "{split}", "txt") == (
+        "results/data/{corpus}/filtered/{split}.report.txt"
+    )
+    assert layout.filter_report("{corpus}", "{split}") == (
+        "results/data/{corpus}/filtered/{split}.report.json"
+    )
+    assert layout.validated_dir("{corpus}") == "results/data/{corpus}/validated"
+    assert layout.validation_report("{corpus}") == "results/data/{corpus}/validation.json"
+    assert layout.validation_report("{corpus}", "txt") == "results/data/{corpus}/validation.txt"
+    assert layout.holdout_dir("{corpus}") == "results/data/{corpus}/holdout"
+    assert layout.synthetic_manifest("{corpus}", "train") == "results/corpora/{corpus}/train.jsonl"
+    assert layout.synthetic_audio("{corpus}") == "results/corpora/{corpus}/audio"
+    assert layout.synthetic_record("{corpus}") == "results/corpora/{corpus}/corpus.prov.json"
+    assert layout.tokenizer_file("{tokenizer}", "tokens.txt") == (
+        "results/tokenizers/{tokenizer}/tokens.txt"
+    )
+    assert layout.tokenizer_dir("{tokenizer}") == "results/tokenizers/{tokenizer}"
+
+
+def test_concrete_paths_and_helpers() -> None:
+    assert layout.imported("demo", layout.ALL) == "results/data/demo/imported/all.jsonl.gz"
+    assert layout.prov(layout.imported("demo", "dev")) == (
+        "results/data/demo/imported/dev.jsonl.gz.prov.json"
+    )
+    assert layout.log("filter_split", "{corpus}", "{split}") == (
+        "logs/filter_split/{corpus}/{split}.log"
+    )
+    assert layout.log("synthesize_corpus", "demo") == "logs/synthesize_corpus/demo.log"
+    assert layout.benchmark("validate_corpus", "demo") == (
+        "logs/benchmarks/validate_corpus/demo.tsv"
+    )
+
+
+def test_every_result_path_is_under_results() -> None:
+    paths = [
+        layout.imported("c", "s"),
+        layout.filtered("c", "s"),
+        layout.filter_report("c", "s"),
+        layout.validated_dir("c"),
+        layout.validation_report("c"),
+        layout.holdout_dir("c"),
+        layout.synthetic_manifest("c", "s"),
+        layout.synthetic_audio("c"),
+        layout.synthetic_record("c"),
+        layout.tokenizer_file("t", "bpe.model"),
+    ]
+    assert all(p.startswith("results/") for p in paths)
+    assert len(set(paths)) == len(paths)
+
+
+def test_artifacts_of_different_corpora_and_splits_do_not_collide() -> None:
+    names = [("a", "train"), ("a", "dev"), ("b", "train"), ("a_b", "train")]
+    for fn in (layout.imported, layout.filtered, layout.filter_report):
+        paths = [fn(c, s) for c, s in names]
+        assert len(set(paths)) == len(paths)
+
+
+# --- corpora and splits ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("demo", ["train", "dev", "test"]),
+        ("mine", ["train", "dev", "test"]),
+        ("kal", ["train", "aa", "zz"]),
+        ("held", ["train", "dev", "test"]),  # default fractions
+        ("held3", ["train", "eval", "val"]),
+    ],
+)
+def test_splits_train_first(name: str, expected: list[str]) -> None:
+    assert layout.splits(CONFIG, name) == expected
+
+
+def test_uses_holdout() -> None:
+    assert [n for n in CONFIG["corpora"] if layout.uses_holdout(CONFIG, n)] == ["held", "held3"]
+
+
+def test_import_parts() -> None:
+    assert layout.import_parts(CONFIG, "demo") == ["train", "dev", "test"]
+    assert layout.import_parts(CONFIG, "mine") == ["train", "dev", "test"]
+    assert layout.import_parts(CONFIG, "held") == [layout.ALL]
+    assert layout.import_parts(CONFIG, "held3") == ["all"]
+
+
+def test_source_manifest() -> None:
+    assert layout.source_manifest(CONFIG, "demo", "dev") == "results/corpora/demo/dev.jsonl"
+    assert layout.source_manifest(CONFIG, "mine", "train") == "d/train.jsonl"
+    assert layout.source_manifest(CONFIG, "kal", "zz") == "k/zz"
+    assert layout.source_manifest(CONFIG, "held", layout.ALL) == "d/all.jsonl"
+    assert layout.source_manifest(CONFIG, "held3", "all") == "h/all.jsonl.gz"
+
+
+def test_source_manifest_unknown_split() -> None:
+    with pytest.raises(AsrflowError, match=r"corpus 'mine' has no manifest for split 'eval'"):
+        layout.source_manifest(CONFIG, "mine", "eval")
+
+
+@pytest.mark.parametrize("part", ["train", "dev", "test"])
+def test_source_manifest_of_holdout_corpus_only_has_all(part: str) -> None:
+    with pytest.raises(AsrflowError, match=rf"'held' is split by holdout.*{part!r}"):
+        layout.source_manifest(CONFIG, "held", part)
+
+
+def test_unknown_corpus_lists_the_known_ones() -> None:
+    with pytest.raises(AsrflowError, match=r"unknown corpus 'nope' \(config has: demo, mine, kal"):
+        layout.splits(CONFIG, "nope")
+    with pytest.raises(AsrflowError, match=r"config has: none"):
+        layout.corpus({}, "nope")
+
+
+# --- check_config ----------------------------------------------------------------------------
+
+
+def test_check_config_accepts_good_config() -> None:
+    layout.check_config(CONFIG)
+    layout.check_config({"corpora": {"demo": {"source": "synthetic"}}})  # no tokenizers key
+
+
+def test_check_config_requires_train_split() -> None:
+    config = {
+        "corpora": {
+            "demo": {"source": "synthetic"},
+            "bad": {"source": "nemo", "manifests": {"dev": "a", "Train": "b"}},
+        }
+    }
+    with pytest.raises(AsrflowError) as err:
+        layout.check_config(config)
+    message = str(err.value)
+    assert message.startswith("corpora.bad.manifests:")
+    assert "'train' is required" in message
+    assert "Train, dev" in message
+
+
+def test_check_config_tokenizer_unknown_corpus() -> None:
+    config = {**CONFIG, "tokenizers": {"t1": {"corpus": "demo"}, "bad_tok": {"corpus": "dmeo"}}}
+    with pytest.raises(AsrflowError) as err:
+        layout.check_config(config)
+    message = str(err.value)
+    assert message.startswith("tokenizers.bad_tok.corpus:")
+    assert "'dmeo'" in message
+    assert "demo, mine, kal, held, held3" in message
+
+
+# --- all_targets -----------------------------------------------------------------------------
+
+
+def test_all_targets() -> None:
+    config = {
+        "corpora": {
+            "demo": {"source": "synthetic"},
+            "held": {"source": "nemo", "holdout": {"manifest": "a.jsonl"}},
+        },
+        "tokenizers": {"tok": {"corpus": "demo"}},
+    }
+    assert layout.all_targets(config) == [
+        "results/data/demo/validation.txt",
+        "results/data/demo/filtered/train.jsonl.gz",
+        "results/data/demo/filtered/dev.jsonl.gz",
+        "results/data/demo/filtered/test.jsonl.gz",
+        "results/data/held/validation.txt",
+        "results/data/held/filtered/train.jsonl.gz",
+        "results/data/held/filtered/dev.jsonl.gz",
+        "results/data/held/filtered/test.jsonl.gz",
+        "results/tokenizers/tok/tokens.txt",
+    ]
+
+
+def test_all_targets_covers_every_split_and_tokenizer() -> None:
+    targets = layout.all_targets(CONFIG)
+    assert len(targets) == len(set(targets))
+    for name in CONFIG["corpora"]:
+        assert layout.validation_report(name, "txt") in targets
+        for split in layout.splits(CONFIG, name):
+            assert layout.filtered(name, split) in targets
+    assert layout.tokenizer_file("t1", "tokens.txt") in targets
+    assert layout.tokenizer_file("t2", "tokens.txt") in targets
+    # the imported "all" manifest of a holdout corpus is intermediate, not a target
+    assert not any("/all." in t for t in targets)

@@ -1,0 +1,204 @@
+"""Tests for asrflow.train.audit: batch statistics without audio, the CV warning, the files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+from lhotse.audio import AudioSource
+
+from asrflow.data.cuts import save_cuts
+from asrflow.errors import AsrflowError
+from asrflow.text import TextNormalization
+from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+from asrflow.train.audit import BatchStats, audit_batches, batch_stats, describe, summarize
+from asrflow.train.tokens import TokenEncoder
+
+NORM = TextNormalization()
+# Equal durations, no shuffle: the sampler yields consecutive groups of 4 cuts (max 4 s).
+BATCHING = {"max_duration": 4.0, "num_buckets": 2, "shuffle": False, "seed": 0}
+
+
+def make_cuts(texts: list[str], durations: list[float] | None = None) -> CutSet:
+    """Audio-less cuts (the audit never loads audio: their sources do not exist)."""
+    durations = durations or [1.0] * len(texts)
+    cuts = []
+    for i, (t, d) in enumerate(zip(texts, durations, strict=True)):
+        cid = f"u{i:03d}"
+        rec = Recording(
+            id=cid,
+            sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
+            sampling_rate=16000,
+            num_samples=round(d * 16000),
+            duration=d,
+        )
+        sup = SupervisionSegment(
+            id=cid, recording_id=cid, start=0.0, duration=d, text=t,
+            custom={"origin": f"train.jsonl:{i + 1}"},
+        )  # fmt: skip
+        cuts.append(
+            MonoCut(id=cid, start=0.0, duration=d, channel=0, recording=rec, supervisions=[sup])
+        )
+    return CutSet.from_cuts(cuts)
+
+
+def setup(tmp_path: Path, texts: list[str], durations: list[float] | None = None):
+    cuts = make_cuts(texts, durations)
+    save_cuts(cuts, tmp_path / "train.jsonl.gz")
+    model, tokens = tmp_path / "bpe.model", tmp_path / "tokens.txt"
+    train_tokenizer(
+        tmp_path / "train.jsonl.gz", model, tokens, TokenizerConfig(model_type="char"), NORM
+    )
+    return SimpleNamespace(
+        cuts=cuts, cuts_path=tmp_path / "train.jsonl.gz", model=model, tokens=tokens, root=tmp_path
+    )
+
+
+def run(env, loss_normalization: str, epochs: int = 1, batching=BATCHING) -> dict:
+    out = env.root / "audit"
+    return audit_batches(
+        env.cuts_path, env.model, env.tokens, NORM, batching, loss_normalization,
+        out / "audit.json", out / "audit.png", out / "audit.txt", epochs=epochs,
+    )  # fmt: skip
+
+
+# Three batches of four: tokens per batch very unequal (CV ~ 0.95).
+UNEVEN = ["a b"] * 4 + ["ab " * 8] * 4 + ["abba " * 10] * 4
+EVEN = ["ab ba"] * 12
+
+
+def test_describe_matches_numpy():
+    values = [3, 1, 4, 1, 5, 9, 2, 6]
+    d = describe(values)
+    x = np.array(values, dtype=float)
+    assert d["mean"] == pytest.approx(x.mean())
+    assert d["cv"] == pytest.approx(math.sqrt(((x - x.mean()) ** 2).mean()) / x.mean())
+    assert d["median"] == pytest.approx(3.5)
+    assert (d["min"], d["max"]) == (1.0, 9.0)
+    assert d["p5"] == pytest.approx(np.percentile(x, 5))
+    assert d["p95"] == pytest.approx(np.percentile(x, 95))
+    assert describe([7, 7, 7])["cv"] == 0.0
+    with pytest.raises(ValueError):
+        describe([])
+
+
+def test_batch_stats_padding_ratio():
+    cuts = make_cuts(["a", "b", "c"], [1.0, 2.0, 4.0])
+    stats = batch_stats(list(cuts), {"u000": 2, "u001": 3, "u002": 5})
+    assert stats == BatchStats(tokens=10, utterances=3, audio_seconds=7.0, padding_ratio=1 - 7 / 12)
+
+
+def test_stats_of_known_batches(tmp_path: Path):
+    env = setup(tmp_path, UNEVEN)
+    report = run(env, "token")
+    enc = TokenEncoder(env.model, env.tokens, NORM)
+    per_cut = [len(enc.encode(t)) for t in UNEVEN]
+    expected = np.array([sum(per_cut[i : i + 4]) for i in range(0, 12, 4)], dtype=float)
+    t = report["tokens_per_batch"]
+    assert report["num_batches"] == 3 and report["batches_per_epoch"] == [3]
+    assert report["num_cuts"] == report["num_utterances"] == 12
+    assert report["total_tokens"] == sum(per_cut)
+    assert (t["min"], t["median"], t["max"]) == (
+        expected.min(),
+        np.median(expected),
+        expected.max(),
+    )
+    assert t["mean"] == pytest.approx(expected.mean())
+    assert t["cv"] == pytest.approx(expected.std() / expected.mean())
+    assert t["cv"] > 0.5
+    assert report["utterances_per_batch"]["mean"] == 4 and report["utterances_per_batch"]["cv"] == 0
+    assert report["audio_seconds_per_batch"]["median"] == pytest.approx(4.0)
+    assert report["padding_ratio"]["max"] == 0.0  # equal durations: no padding
+    assert report["normalization_sha256"] == NORM.sha256()
+    assert report["batching"]["max_duration"] == 4.0
+
+
+def test_padding_ratio_with_mixed_durations(tmp_path: Path):
+    env = setup(tmp_path, ["ab"] * 2, [1.0, 3.0])
+    report = run(env, "token", batching={"max_duration": 10.0, "num_buckets": 2, "shuffle": False})
+    assert report["num_batches"] == 1
+    assert report["padding_ratio"]["mean"] == pytest.approx(1 - 4.0 / 6.0)
+
+
+@pytest.mark.parametrize("mode", ["utterance", "sum"])
+def test_warns_on_uneven_tokens_without_token_normalization(tmp_path: Path, caplog, mode):
+    env = setup(tmp_path, UNEVEN)
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.audit"):
+        report = run(env, mode)
+    assert len(report["warnings"]) == 1
+    warning = report["warnings"][0]
+    cv = report["tokens_per_batch"]["cv"]
+    assert f"CV={cv:.2f}" in warning
+    assert "scale the gradient with tokens per batch" in warning
+    assert "set loss.normalization: token" in warning
+    assert any(r.levelno == logging.WARNING and "CV" in r.getMessage() for r in caplog.records)
+    text = (tmp_path / "audit" / "audit.txt").read_text(encoding="utf-8")
+    assert text.startswith("WARNING: ")
+
+
+def test_no_warning_with_token_normalization(tmp_path: Path, caplog):
+    env = setup(tmp_path, UNEVEN)
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.audit"):
+        report = run(env, "token")
+    assert report["warnings"] == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_no_warning_when_tokens_are_even(tmp_path: Path):
+    env = setup(tmp_path, EVEN)
+    report = run(env, "utterance")
+    assert report["tokens_per_batch"]["cv"] == 0.0
+    assert report["warnings"] == []
+
+
+def test_summarize_threshold():
+    def batches(tokens):
+        return [BatchStats(t, 4, 4.0, 0.0) for t in tokens]
+
+    assert summarize(batches([10, 10]), "utterance")["warnings"] == []
+    assert summarize(batches([1, 9]), "utterance")["warnings"]  # cv = 0.8
+    assert summarize(batches([1, 9]), "token")["warnings"] == []
+    with pytest.raises(AsrflowError, match="no batches"):
+        summarize([], "token")
+
+
+def test_files_are_written(tmp_path: Path):
+    env = setup(tmp_path, UNEVEN)
+    report = run(env, "utterance", epochs=2)
+    out = tmp_path / "audit"
+    assert json.loads((out / "audit.json").read_text(encoding="utf-8")) == json.loads(
+        json.dumps(report)
+    )
+    assert report["num_batches"] == 6 and report["batches_per_epoch"] == [3, 3]
+    assert (out / "audit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "audit.txt").read_text(encoding="utf-8")
+    for label in ("tokens per batch", "utterances per batch", "audio seconds", "padding ratio"):
+        assert label in text
+    assert "6 batches over 2 epoch(s)" in text
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+    png = (out / "audit.png").read_bytes()
+    run(env, "utterance", epochs=2)
+    assert (out / "audit.png").read_bytes() == png  # reproducible bytes
+
+
+def test_empty_token_cut_fails_naming_the_line(tmp_path: Path):
+    env = setup(tmp_path, ["ab", "ba"])
+    bad = make_cuts(["ab", "?!"])
+    save_cuts(bad, env.cuts_path)
+    with pytest.raises(AsrflowError, match=r"train.jsonl:2: cut u001"):
+        run(env, "token", batching={"max_duration": 4.0, "num_buckets": 2})
+
+
+def test_mismatched_token_list_fails_fast(tmp_path: Path):
+    env = setup(tmp_path, UNEVEN)
+    lines = env.tokens.read_text(encoding="utf-8").splitlines()
+    env.tokens.write_text("\n".join([*lines[:2], lines[3], lines[2], *lines[4:]]) + "\n")
+    with pytest.raises(AsrflowError, match="tokenizer/token-list mismatch"):
+        run(env, "token")

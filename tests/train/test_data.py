@@ -1,0 +1,243 @@
+"""Tests for asrflow.train.data: padded batches, resampling, resumable sampler, DataLoader, mux."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+from lhotse.audio import AudioSource
+
+from asrflow.data.cuts import save_cuts
+from asrflow.data.importers import import_nemo
+from asrflow.errors import AsrflowError
+from asrflow.text import TextNormalization
+from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+from asrflow.train.data import AsrDataset, Batching, make_dataloader, make_sampler, mux_cuts
+from asrflow.train.tokens import TokenEncoder
+from tests.conftest import write_nemo, write_wav
+
+NORM = TextNormalization()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, nemo_corpus) -> SimpleNamespace:
+    """Train cuts with real audio (9 cuts, 1.0-1.5 s) and a char tokenizer trained on them."""
+    manifests = nemo_corpus()
+    cuts = CutSet.from_cuts(import_nemo(manifests["train"]))
+    save_cuts(cuts, tmp_path / "train.jsonl.gz")
+    model, tokens = tmp_path / "bpe.model", tmp_path / "tokens.txt"
+    train_tokenizer(
+        tmp_path / "train.jsonl.gz", model, tokens, TokenizerConfig(model_type="char"), NORM
+    )
+    return SimpleNamespace(cuts=cuts, encoder=TokenEncoder(model, tokens, NORM), root=tmp_path)
+
+
+def fake_cuts(n: int, prefix: str = "c", seed: int = 0) -> CutSet:
+    """Audio-less cuts of varied duration (for sampler tests, which never load audio)."""
+    cuts = []
+    for i in range(n):
+        cid = f"{prefix}{i:04d}"
+        duration = round(0.5 + ((i * 7919 + seed) % 23) * 0.2, 2)
+        rec = Recording(
+            id=cid,
+            sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
+            sampling_rate=16000,
+            num_samples=round(duration * 16000),
+            duration=duration,
+        )
+        sup = SupervisionSegment(id=cid, recording_id=cid, start=0.0, duration=duration, text="a")
+        cuts.append(
+            MonoCut(
+                id=cid, start=0.0, duration=duration, channel=0, recording=rec, supervisions=[sup]
+            )
+        )
+    return CutSet.from_cuts(cuts)
+
+
+def ids_of(batches) -> list[list[str]]:
+    return [[c.id for c in b] for b in batches]
+
+
+def test_batch_padding_lengths_and_counts(corpus):
+    cuts = list(corpus.cuts)
+    batch = AsrDataset(corpus.encoder)[CutSet.from_cuts(cuts)]
+    n = len(cuts)
+    assert batch["ids"] == [c.id for c in cuts]
+    assert batch["speech"].dtype == torch.float32
+    assert batch["speech_lengths"].dtype == torch.int64
+    assert batch["text"].dtype == torch.int64 and batch["text_lengths"].dtype == torch.int64
+    assert batch["speech_lengths"].tolist() == [c.num_samples for c in cuts]
+    assert batch["speech"].shape == (n, max(c.num_samples for c in cuts))
+
+    targets = [corpus.encoder.encode(c.supervisions[0].text) for c in cuts]
+    assert batch["text_lengths"].tolist() == [len(t) for t in targets]
+    assert batch["text"].shape == (n, max(len(t) for t in targets))
+    for i, (t, s_len) in enumerate(zip(targets, batch["speech_lengths"].tolist(), strict=True)):
+        assert batch["text"][i, : len(t)].tolist() == t
+        assert (batch["text"][i, len(t) :] == -1).all()
+        assert (batch["speech"][i, s_len:] == 0).all()
+        assert batch["speech"][i, :s_len].abs().max() > 0
+    assert batch["num_tokens"] == sum(len(t) for t in targets)
+    assert batch["audio_seconds"] == pytest.approx(sum(c.duration for c in cuts))
+    total = batch["speech"].numel()
+    assert batch["padding_ratio"] == pytest.approx(1 - sum(c.num_samples for c in cuts) / total)
+    assert corpus.encoder.decode(batch["text"][0].tolist()) == "hello a number zero"
+
+
+def test_single_cut_batch_has_no_padding(corpus):
+    batch = AsrDataset(corpus.encoder)[corpus.cuts.subset(first=1)]
+    assert batch["padding_ratio"] == 0.0
+    assert batch["speech"].shape[0] == 1
+
+
+def test_resamples_to_the_model_rate(corpus):
+    root = corpus.root / "mixed"
+    write_wav(root / "low.wav", 0.5, sr=8000)
+    write_wav(root / "high.wav", 0.25, sr=16000, seed=3)
+    manifest = write_nemo(
+        root / "m.jsonl",
+        [
+            {"audio_filepath": "low.wav", "duration": 0.5, "text": "hello one"},
+            {"audio_filepath": "high.wav", "duration": 0.25, "text": "hello two"},
+        ],
+    )
+    cuts = CutSet.from_cuts(import_nemo(manifest))
+    assert [c.sampling_rate for c in cuts] == [8000, 16000]
+
+    up = AsrDataset(corpus.encoder, sample_rate=16000)[cuts]
+    assert up["speech_lengths"].tolist() == [8000, 4000]
+    assert up["speech"].shape == (2, 8000)
+    assert up["speech"][0].abs().max() > 0
+
+    down = AsrDataset(corpus.encoder, sample_rate=8000)[cuts]
+    assert down["speech_lengths"].tolist() == [4000, 2000]
+
+
+def test_unknown_characters_become_unk(corpus):
+    root = corpus.root / "unk"
+    write_wav(root / "x.wav", 0.5)
+    manifest = write_nemo(
+        root / "m.jsonl", [{"audio_filepath": "x.wav", "duration": 0.5, "text": "Quiz, hello!"}]
+    )
+    batch = AsrDataset(corpus.encoder)[CutSet.from_cuts(import_nemo(manifest))]
+    ids = batch["text"][0].tolist()
+    assert corpus.encoder.unk_id in ids
+    assert corpus.encoder.decode(ids).endswith(" hello")
+
+
+def test_empty_transcript_names_the_manifest_line(corpus):
+    root = corpus.root / "empty"
+    write_wav(root / "a.wav", 0.5)
+    write_wav(root / "b.wav", 0.5, seed=1)
+    manifest = write_nemo(
+        root / "m.jsonl",
+        [
+            {"audio_filepath": "a.wav", "duration": 0.5, "text": "hello"},
+            {"audio_filepath": "b.wav", "duration": 0.5, "text": " ?! "},
+        ],
+    )
+    cuts = CutSet.from_cuts(import_nemo(manifest))
+    with pytest.raises(AsrflowError, match=re.escape(f"{manifest}:2: cut b has no tokens")):
+        AsrDataset(corpus.encoder)[cuts]
+
+
+def test_sampler_covers_every_cut_within_max_duration():
+    cuts = fake_cuts(300)
+    sampler = make_sampler(cuts, {"max_duration": 12.0, "num_buckets": 4, "seed": 3})
+    batches = list(sampler)
+    assert sorted(c.id for b in batches for c in b) == sorted(cuts.ids)
+    assert all(sum(c.duration for c in b) <= 12.0 + 1e-9 for b in batches)
+    sampler.set_epoch(1)
+    assert ids_of(sampler) != ids_of(batches)  # a new shuffle per epoch
+
+
+@pytest.mark.parametrize("k", [1, 7])
+def test_sampler_resumes_from_state_dict(k: int):
+    cuts = fake_cuts(400)
+    settings = Batching(max_duration=10.0, num_buckets=5, shuffle=True, seed=11, buffer_size=500)
+    reference = make_sampler(cuts, settings)
+    epoch0 = ids_of(reference)
+    reference.set_epoch(1)
+    epoch1 = ids_of(reference)
+
+    interrupted = make_sampler(cuts, settings)
+    it = iter(interrupted)
+    seen = [[c.id for c in next(it)] for _ in range(k)]
+    state = copy.deepcopy(interrupted.state_dict())  # load_state_dict consumes its argument
+
+    restored = make_sampler(cuts, settings)
+    restored.load_state_dict(state)
+    rest = ids_of(restored)
+    assert seen + rest == epoch0
+    assert len(rest) == len(epoch0) - k
+    restored.set_epoch(1)
+    assert ids_of(restored) == epoch1
+
+
+def test_batching_settings_from_mapping_or_object():
+    b = Batching.coerce({"max_duration": 30, "num_buckets": 3, "num_workers": 4})
+    assert b == Batching(max_duration=30, num_buckets=3)
+    obj = SimpleNamespace(max_duration=5.0, num_buckets=2, shuffle=False, seed=1)
+    assert Batching.coerce(obj) == Batching(max_duration=5.0, num_buckets=2, shuffle=False, seed=1)
+    with pytest.raises(AsrflowError, match="max_duration is required"):
+        Batching.coerce({"num_buckets": 3})
+    with pytest.raises(AsrflowError, match="max_duration must be a positive"):
+        Batching.coerce({"max_duration": 0})
+    with pytest.raises(AsrflowError, match="num_buckets must be an integer >= 2"):
+        Batching.coerce({"max_duration": 10, "num_buckets": 1})
+
+
+def test_too_many_buckets_is_a_user_error():
+    with pytest.raises(AsrflowError, match=r"lower batching\.num_buckets"):
+        make_sampler(fake_cuts(3), {"max_duration": 10, "num_buckets": 5})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_yields_every_cut_once(corpus, workers: int):
+    dl = make_dataloader(
+        corpus.cuts, corpus.encoder, {"max_duration": 3.0, "num_buckets": 2}, num_workers=workers
+    )
+    assert dl.persistent_workers is (workers > 0)
+    seen = []
+    for batch in dl:
+        assert batch["speech"].shape[0] == len(batch["ids"]) == batch["text"].shape[0]
+        assert batch["audio_seconds"] <= 3.0 + 1e-9
+        seen.extend(batch["ids"])
+    assert sorted(seen) == sorted(corpus.cuts.ids)
+    dl.sampler.set_epoch(1)
+    assert sorted(i for b in dl for i in b["ids"]) == sorted(corpus.cuts.ids)
+
+
+def test_mux_follows_weights_and_keeps_every_cut():
+    a, b = fake_cuts(3000, "a"), fake_cuts(3000, "b")
+    mixed = mux_cuts([a, b], [3.0, 1.0], seed=5)
+    assert mixed.is_lazy
+    ids = [c.id for c in mixed]
+    head = ids[:1000]  # neither corpus runs out this early
+    share_a = sum(i.startswith("a") for i in head) / len(head)
+    assert share_a == pytest.approx(0.75, abs=0.05)
+    assert sorted(ids) == sorted([*a.ids, *b.ids])  # stop_early=False: the whole epoch
+    assert [c.id for c in mux_cuts([a, b], [3.0, 1.0], seed=5)] == ids  # reproducible
+
+
+def test_mux_stop_early_and_edge_cases():
+    a, b = fake_cuts(100, "a"), fake_cuts(1000, "b")
+    early = [c.id for c in mux_cuts([a, b], [1, 1], seed=0, stop_early=True)]
+    assert sum(i.startswith("a") for i in early) == 100
+    assert len(early) < 400
+    assert mux_cuts([a], [2.0], seed=0) is a
+    with pytest.raises(AsrflowError, match="one weight per corpus"):
+        mux_cuts([a, b], [1.0], seed=0)
+    with pytest.raises(AsrflowError, match="weight 1 must be a positive"):
+        mux_cuts([a, b], [1.0, 0.0], seed=0)
+
+
+def test_mux_feeds_the_sampler():
+    mixed = mux_cuts([fake_cuts(200, "a"), fake_cuts(200, "b", seed=5)], [1, 1], seed=0)
+    batches = list(make_sampler(mixed, {"max_duration": 15.0, "num_buckets": 3}))
+    assert sum(len(b) for b in batches) == 400
