@@ -10,19 +10,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from asrflow.cli import main as asrflow_main
+from tests.e2e import executed, snakemake, write_config
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 DEMO_CONFIG = {
     "corpora": {
@@ -39,52 +34,6 @@ DEMO_CONFIG = {
     },
     "tokenizers": {"demo_char": {"corpus": "demo", "model_type": "char"}},
 }
-
-
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [
-            *SNAKEMAKE,
-            "--snakefile",
-            str(REPO / "Snakefile"),
-            "--configfile",
-            "config.yaml",
-            "--cores",
-            "2",
-            *args,
-        ],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def executed(proc: subprocess.CompletedProcess) -> set[str]:
-    """'rule[wildcards]' of every job a (non-dry) run executed."""
-    jobs, current = set(), None
-    for line in (proc.stdout + proc.stderr).splitlines():
-        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):", line)
-        if m:
-            current = m.group(1)
-            jobs.add(current)
-            continue
-        w = re.match(r"^\s+wildcards: (.*)", line)
-        if w and current:
-            jobs.discard(current)
-            jobs.add(f"{current}[{w.group(1)}]")
-            current = None
-    jobs.discard("all")
-    return jobs
-
-
-def write_config(workdir: Path, config: dict) -> None:
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 @pytest.fixture(scope="module")

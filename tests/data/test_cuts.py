@@ -106,6 +106,7 @@ def test_save_is_byte_reproducible(tmp_path: Path) -> None:
 
 # Regression: CutSet.from_file() on a .jsonl.gz is lazy, and None for an empty file.
 
+
 def test_save_empty_and_load(tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl.gz"
     assert save_cuts([], path) == 0

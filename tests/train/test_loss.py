@@ -11,12 +11,12 @@ import torch.multiprocessing as mp
 
 from asrflow.errors import AsrflowError
 from asrflow.train.loss import global_token_count, normalize_loss, per_token
-
 from tests.train.tiny_espnet import TINY_CTC_MODEL, build_asr_model
 
 SECONDS = (0.25, 0.5, 1.0, 2.0)
 TOKENS = (3, 6, 12, 25)  # about one token per 5 output frames: CTC-feasible, ~ proportional
 SR = 16000
+TAIL = 160  # 10 ms of silence ending every utterance (see ``utterances``)
 
 
 @pytest.fixture(scope="module")
@@ -28,23 +28,24 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def utterances() -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Four utterances of 0.25-2 s, all zero-padded to the longest (see ``_batch``)."""
+    """Four noise utterances of 0.25-2 s, each ending in 10 ms of silence, zero-padded.
+
+    ESPnet trims a batch to its longest utterance and its STFT (``center=True``) reflect-pads
+    the batch's end, so the last frame of the longest utterance sees its own mirrored samples
+    while shorter ones see zero padding: without the silent tail an utterance's features (and
+    loss, ~1e-4 relative here) depend on whether it is the longest of its batch.
+    """
     g = torch.Generator().manual_seed(1)
     speech = torch.zeros(len(SECONDS), int(max(SECONDS) * SR))
     for i, s in enumerate(SECONDS):
-        speech[i, : int(s * SR)] = 0.1 * torch.randn(int(s * SR), generator=g)
+        n = int(s * SR) - TAIL
+        speech[i, :n] = 0.1 * torch.randn(n, generator=g)
     texts = [torch.randint(2, 28, (n,), generator=g) for n in TOKENS]
     return speech, texts
 
 
 def _batch(utts: tuple[torch.Tensor, list[torch.Tensor]], idx: list[int]):
-    """A batch of the chosen utterances.
-
-    Every batch keeps the same padded speech length: ESPnet's STFT (``center=True``) lets the
-    padding reach an utterance's last frames, so a shorter pad would change the features and
-    hide the normalization arithmetic under feature noise. Targets are padded with -1 as
-    ESPnet's collate does; the CTC sum does not depend on that padding.
-    """
+    """A batch of the chosen utterances; targets padded with -1 as ESPnet's collate does."""
     speech, texts = utts
     lengths = torch.tensor([int(SECONDS[i] * SR) for i in idx])
     tl = torch.tensor([TOKENS[i] for i in idx])
@@ -92,9 +93,13 @@ def test_duration_batches_weigh_tokens_equally_only_per_token(tiny_model, uttera
     params = [p for p in tiny_model.parameters() if p.requires_grad]
 
     def grads(loss: torch.Tensor) -> torch.Tensor:
-        g = torch.autograd.grad(loss.sum(), params, allow_unused=True)
-        return torch.cat([(x if x is not None else torch.zeros_like(p)).flatten()
-                          for x, p in zip(g, params, strict=True)])
+        g = torch.autograd.grad(loss.sum(), params, allow_unused=True, retain_graph=True)
+        return torch.cat(
+            [
+                (x if x is not None else torch.zeros_like(p)).flatten()
+                for x, p in zip(g, params, strict=True)
+            ]
+        )
 
     loss4, n4, tok4 = _espnet_loss(tiny_model, utterances, [0, 1, 2, 3])
     loss_c, n_c, tok_c = _espnet_loss(tiny_model, utterances, [0, 1, 2])
@@ -103,8 +108,10 @@ def test_duration_batches_weigh_tokens_equally_only_per_token(tiny_model, uttera
     assert total == tok4
 
     reference = grads(per_token(loss4, n4, tok4))
-    ddp = (grads(per_token(loss_c, n_c, tok_c, 2, global_tokens))
-           + grads(per_token(loss_d, n_d, tok_d, 2, global_tokens))) / 2
+    ddp = (
+        grads(per_token(loss_c, n_c, tok_c, 2, global_tokens))
+        + grads(per_token(loss_d, n_d, tok_d, 2, global_tokens))
+    ) / 2
     torch.testing.assert_close(ddp, reference, rtol=1e-4, atol=1e-7)
 
     espnet_ddp = (grads(loss_c) + grads(loss_d)) / 2
@@ -163,24 +170,52 @@ def test_global_token_count_without_distributed():
     assert global_token_count(17, "cpu") == 17
 
 
-def _count_worker(rank: int, world_size: int, init_file: str, queue) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world_size)
+RANK_TOKENS = (torch.tensor([2, 4, 3]), torch.tensor([20]))  # rank 0: 3 utterances, rank 1: 1
+
+
+def _rank_inputs(rank: int) -> torch.Tensor:
+    return torch.randn(len(RANK_TOKENS[rank]), 5, generator=torch.Generator().manual_seed(rank))
+
+
+def _utt_losses(model: torch.nn.Module, rank: int) -> torch.Tensor:
+    return RANK_TOKENS[rank] * model(_rank_inputs(rank)).squeeze(1) ** 2
+
+
+def _ddp_worker(rank: int, world_size: int, init_file: str, queue) -> None:
+    """One DDP rank: ESPnet-style mean loss -> per_token with the all-reduced token count."""
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
+    )
     try:
-        queue.put((rank, global_token_count(10 * (rank + 1), torch.device("cpu"))))
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(5, 1))
+        losses = _utt_losses(model, rank)
+        tokens = int(RANK_TOKENS[rank].sum())
+        global_tokens = global_token_count(tokens, torch.device("cpu"))
+        loss = per_token(losses.mean(), len(losses), tokens, world_size, global_tokens)
+        loss.backward()  # DDP averages the gradients over the two ranks here
+        queue.put((rank, global_tokens, model.module.weight.grad.tolist()))  # no shared memory
     finally:
         dist.destroy_process_group()
 
 
-def test_global_token_count_sums_over_two_gloo_ranks(tmp_path: Path):
+def test_real_ddp_on_two_gloo_ranks_gives_the_single_process_gradient(tmp_path: Path):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     init_file = str(tmp_path / "store")
-    procs = [ctx.Process(target=_count_worker, args=(r, 2, init_file, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_ddp_worker, args=(r, 2, init_file, queue)) for r in range(2)]
     for p in procs:
         p.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
+    results = {rank: (count, grad) for rank, count, grad in (queue.get(timeout=120) for _ in procs)}
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    assert results == {0: 30, 1: 30}
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 1)
+    total_tokens = sum(int(t.sum()) for t in RANK_TOKENS)
+    loss = (_utt_losses(model, 0).sum() + _utt_losses(model, 1).sum()) / total_tokens
+    loss.backward()
+    for count, grad in results.values():
+        assert count == total_tokens
+        torch.testing.assert_close(torch.tensor(grad), model.weight.grad)

@@ -30,6 +30,7 @@ warnings
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -322,12 +323,39 @@ def check_unique_ids(splits: Splits, **_: Any) -> Iterable[Issue]:
                 seen[cut.id] = (split, origin(cut))
 
 
+def _path_resolver() -> Callable[[str], str]:
+    """``path -> str(Path(path).resolve())``, resolving each directory only once.
+
+    ``realpath`` resolves a path component by component, so ``dir/name`` resolves to
+    ``resolve(dir)/name`` unless that is a symlink. Following that with the directory memoized
+    gives the same string for one ``lstat`` per file instead of one per path component; symlinks
+    (and the names ``..``, ``.``, ``""``) go through :meth:`Path.resolve` as a whole.
+    """
+    dirs: dict[str, str] = {}
+
+    def resolve(path: str) -> str:
+        head, tail = os.path.split(path)
+        if os.sep != "/" or tail in ("", ".", ".."):
+            return str(Path(path).resolve())
+        where = dirs.get(head)
+        if where is None:
+            try:
+                where = dirs[head] = str(Path(head).resolve())
+            except RuntimeError:  # a symlink loop: fail exactly as the whole path does
+                return str(Path(path).resolve())
+        joined = where + tail if where.endswith("/") else f"{where}/{tail}"
+        return str(Path(path).resolve()) if os.path.islink(joined) else joined
+
+    return resolve
+
+
 def check_audio_leakage(splits: Splits, **_: Any) -> Iterable[Issue]:
     """No audio file is used by two splits."""
     owner: dict[str, tuple[str, str]] = {}
+    resolve = _path_resolver()
     for split, cuts in splits.items():
         for cut in cuts:
-            path = str(Path(_audio_path(cut)).resolve())
+            path = resolve(_audio_path(cut))
             first = owner.setdefault(path, (split, origin(cut)))
             if first[0] != split:
                 yield _issue(
@@ -375,28 +403,40 @@ def _convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
     return Issue("warning", code, split, split, "transcripts", message, hint)
 
 
+_DIGIT = re.compile(r"\d")
+_WORD = re.compile(r"[a-z]+")
+
+
+def _examples(cuts: Sequence[Cut]) -> str:
+    return ", ".join(origin(c) for c in cuts[:EXAMPLES])
+
+
 def check_conventions(
     splits: Splits, normalization: TextNormalization, **_: Any
 ) -> Iterable[Issue]:
     """Transcript-convention warnings: mixed case, digits vs number words, unseen characters."""
-    upper, lower, digits, words = [], [], [], []
+    # the cuts themselves are collected; only the few named as examples need their origin
+    upper: list[Cut] = []
+    lower: list[Cut] = []
+    digits: list[Cut] = []
+    words: list[Cut] = []
     for cuts in splits.values():
         for cut in cuts:
             t = text(cut)
             letters = [ch for ch in t if ch.isalpha()]
             if len(letters) >= 2 and all(ch.isupper() for ch in letters):
-                upper.append(origin(cut))
+                upper.append(cut)
             elif any(ch.islower() for ch in letters):
-                lower.append(origin(cut))
-            if re.search(r"\d", t):
-                digits.append(origin(cut))
-            if NUMBER_WORDS.intersection(re.findall(r"[a-z]+", t.lower())):
-                words.append(origin(cut))
+                lower.append(cut)
+            if _DIGIT.search(t):
+                digits.append(cut)
+            if NUMBER_WORDS.intersection(_WORD.findall(t.lower())):
+                words.append(cut)
     if upper and lower:
         yield _convention_issue(
             "mixed_case",
             "all",
-            f"{len(upper)} transcript(s) are all upper case (e.g. {', '.join(upper[:EXAMPLES])}) "
+            f"{len(upper)} transcript(s) are all upper case (e.g. {_examples(upper)}) "
             f"and {len(lower)} are not",
             "use one casing convention (scoring ignores case, but "
             "an unnormalized model learns two spellings)",
@@ -406,12 +446,13 @@ def check_conventions(
             "digits_and_words",
             "all",
             f"{len(digits)} transcript(s) write numbers as digits (e.g. "
-            f"{', '.join(digits[:EXAMPLES])}) and {len(words)} as words",
+            f"{_examples(digits)}) and {len(words)} as words",
             "write numbers one way (usually words) in every split",
         )
     if TRAIN not in splits:
         return
-    train_chars = {ch for c in splits[TRAIN] for ch in normalize(text(c), normalization)}
+    train_texts = {text(c) for c in splits[TRAIN]}
+    train_chars = {ch for t in train_texts for ch in normalize(t, normalization)}
     for split, cuts in splits.items():
         if split == TRAIN:
             continue

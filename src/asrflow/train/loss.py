@@ -13,6 +13,12 @@ multiply by the world size, because DDP averages gradients over ranks:
 ``mean_r(world_size * sum_r / G) = (sum over ranks) / G``, the single-process per-token loss of
 the union of the ranks' batches.
 
+Assumptions: ESPnet's CTC is ``ctc_type: builtin`` (``brctc`` divides by the number of
+*valid* utterances instead) and ``length_normalized_loss`` is false (else the attention branch is
+already per token: :func:`asrflow.train.recipe.check_recipe` refuses that combination). The
+attention branch also scores one ``<sos/eos>`` per utterance, which the target token count
+(``text_lengths.sum()``) leaves out: a small bias.
+
 Not covered: Lightning divides each accumulated batch's loss by ``accumulate_grad_batches``, so
 with accumulation an update is the *mean of per-batch per-token losses*, which weighs batches
 equally rather than tokens. The value returned under DDP is scaled for the gradient; log the
@@ -38,7 +44,8 @@ def per_token(
 ) -> torch.Tensor:
     """ESPnet's per-utterance loss as total loss per target token (for the gradient).
 
-    ``loss_per_utt`` is ESPnet's returned loss (sum over the batch / ``num_utterances``);
+    ``loss_per_utt`` is ESPnet's returned loss (sum over the batch / ``num_utterances``, the
+    ``weight`` ESPnet returns beside it);
     ``num_tokens`` is the batch's target token count (``text_lengths.sum()``). Without DDP the
     result is ``sum / num_tokens``. Under DDP pass ``world_size`` and ``global_num_tokens`` (the
     sum of ``num_tokens`` over ranks); the result is ``sum * world_size / global_num_tokens``,

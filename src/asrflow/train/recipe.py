@@ -69,7 +69,11 @@ ESPNET_SUPERSEDED_KEYS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Lightning trainer settings (``trainer:``); steps are optimizer steps."""
+    """Lightning trainer settings (``trainer:``); max_steps and val_check_interval count updates.
+
+    ``precision: auto`` is bf16-mixed on a CUDA GPU with bf16, else 32-true
+    (:func:`resolve_precision`); ``allow_tf32`` is for the caller to apply to torch's backends.
+    """
 
     max_steps: int = 2500
     val_check_interval: int = 250
@@ -284,7 +288,7 @@ def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
 
 def _coerce(value: Any, hint: Any) -> Any:
     """``value`` checked against a simple type hint (YAML ints accepted as floats)."""
-    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
+    if isinstance(hint, UnionType):
         for arm in typing.get_args(hint):
             try:
                 return _coerce(value, arm)
@@ -336,22 +340,52 @@ def _parse_criteria(raw: Any, source: str) -> tuple[Criterion, ...]:
     for i, item in enumerate(raw):
         if isinstance(item, Mapping):
             item = [item.get("monitor"), item.get("top_k"), item.get("mode")]
-        ok = (
-            isinstance(item, list | tuple)
-            and len(item) == 3
-            and isinstance(item[0], str)
-            and isinstance(item[1], int)
-            and not isinstance(item[1], bool)
-            and isinstance(item[2], str)
-        )
-        if not ok:
+        try:
+            monitor, top_k, mode = (
+                _coerce(v, h) for v, h in zip(item, (str, int, str), strict=True)
+            )
+        except (TypeError, ValueError):
             raise AsrflowError(
                 f"{source}: best_model_criterion[{i}] = {item!r} must be [monitor, top_k, mode], "
                 "e.g. [valid/loss, 3, min] (ESPnet2's [valid, loss, min] and ESPnet3's "
                 "[valid/acc, max, 10] orders are not accepted)"
-            )
-        out.append(Criterion(item[0], item[1], item[2]))
+            ) from None
+        out.append(Criterion(monitor, top_k, mode))
     return tuple(out)
+
+
+_POSITIVE_INT = (lambda v: v >= 1, ">= 1")
+_NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "trainer.max_steps": _POSITIVE_INT,
+    "trainer.val_check_interval": _POSITIVE_INT,
+    "trainer.accumulate_grad_batches": _POSITIVE_INT,
+    "trainer.devices": _POSITIVE_INT,
+    "trainer.num_nodes": _POSITIVE_INT,
+    "trainer.seed": _NON_NEGATIVE,
+    "trainer.precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+    "trainer.accelerator": (lambda v: v in ACCELERATORS, f"one of {', '.join(ACCELERATORS)}"),
+    "trainer.gradient_clip_val": (lambda v: v is None or v > 0, "> 0 or null (no clipping)"),
+    "optim.name": (lambda v: v in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}"),
+    "optim.lr": (lambda v: v > 0, "> 0"),
+    "optim.eps": (lambda v: v > 0, "> 0"),
+    "optim.weight_decay": _NON_NEGATIVE,
+    "optim.betas": (lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
+    "optim.momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "scheduler.name": (lambda v: v in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
+    "scheduler.min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "batching.max_duration": (lambda v: v > 0, "> 0 seconds"),
+    "batching.quadratic_duration": (lambda v: v is None or v > 0, "> 0 seconds or null"),
+    "batching.num_buckets": _POSITIVE_INT,
+    "batching.buffer_size": _POSITIVE_INT,
+    "batching.num_workers": _NON_NEGATIVE,
+    "batching.seed": _NON_NEGATIVE,
+    "loss.normalization": (lambda v: v in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
+    "diagnostics.num_decode_utterances": _NON_NEGATIVE,
+    "diagnostics.spike_factor": (lambda v: v > 1, "> 1"),
+    "diagnostics.spike_window": _POSITIVE_INT,
+}
+"""Range checks of single settings; cross-checks are in :func:`check_recipe`."""
 
 
 def check_recipe(recipe: Recipe, source: str = "recipe") -> None:
@@ -361,46 +395,13 @@ def check_recipe(recipe: Recipe, source: str = "recipe") -> None:
         raise AsrflowError(f"{source}: {msg}")
 
     _check_model(recipe.model, recipe.loss, fail)
-    t = recipe.trainer
-    for key in (
-        "max_steps",
-        "val_check_interval",
-        "accumulate_grad_batches",
-        "devices",
-        "num_nodes",
-    ):
-        if getattr(t, key) < 1:
-            fail(f"trainer.{key} must be >= 1, got {getattr(t, key)}")
-    if t.val_check_interval > t.max_steps:
-        fail(
-            f"trainer.val_check_interval ({t.val_check_interval}) > trainer.max_steps "
-            f"({t.max_steps}): validation would never run; lower it"
-        )
-    if t.precision not in PRECISIONS:
-        fail(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {t.precision!r}")
-    if t.accelerator not in ACCELERATORS:
-        fail(f"trainer.accelerator must be one of {', '.join(ACCELERATORS)}, got {t.accelerator!r}")
-    if t.gradient_clip_val is not None and t.gradient_clip_val <= 0:
-        fail(
-            "trainer.gradient_clip_val must be > 0 or null (no clipping), "
-            f"got {t.gradient_clip_val}"
-        )
-    if t.seed < 0:
-        fail(f"trainer.seed must be >= 0, got {t.seed}")
+    for path, (ok, expected) in _RANGES.items():
+        section, key = path.split(".")
+        value = getattr(getattr(recipe, section), key)
+        if not ok(value):
+            fail(f"{path} must be {expected}, got {value!r}")
 
-    o = recipe.optim
-    if o.name not in OPTIMIZERS:
-        fail(f"optim.name must be one of {', '.join(OPTIMIZERS)}, got {o.name!r}")
-    if o.lr <= 0 or o.eps <= 0 or o.weight_decay < 0:
-        fail(f"optim.lr and optim.eps must be > 0 and optim.weight_decay >= 0, got {o}")
-    if not all(0.0 <= b < 1.0 for b in o.betas) or not 0.0 <= o.momentum < 1.0:
-        fail(f"optim.betas and optim.momentum must lie in [0, 1), got {o.betas}, {o.momentum}")
-
-    s = recipe.scheduler
-    if s.name not in SCHEDULERS:
-        fail(f"scheduler.name must be one of {', '.join(SCHEDULERS)}, got {s.name!r}")
-    if not 0.0 <= s.min_lr_ratio <= 1.0:
-        fail(f"scheduler.min_lr_ratio must be in [0, 1], got {s.min_lr_ratio}")
+    t, s = recipe.trainer, recipe.scheduler
     try:
         total = total_steps(s, t.max_steps)
         warmup = warmup_steps(s, t.max_steps)
@@ -410,21 +411,6 @@ def check_recipe(recipe: Recipe, source: str = "recipe") -> None:
         fail(
             f"scheduler.warmup ({s.warmup} = {warmup} steps) >= trainer.max_steps ({total}): "
             "training would end before the warmup does; shorten the warmup or train longer"
-        )
-
-    b = recipe.batching
-    if b.max_duration <= 0 or (b.quadratic_duration is not None and b.quadratic_duration <= 0):
-        fail("batching.max_duration and batching.quadratic_duration must be > 0 seconds")
-    if b.num_buckets < 1 or b.buffer_size < 1 or b.num_workers < 0 or b.seed < 0:
-        fail(
-            "batching.num_buckets and batching.buffer_size must be >= 1, batching.num_workers "
-            f"and batching.seed >= 0, got {b}"
-        )
-
-    if recipe.loss.normalization not in NORMALIZATIONS:
-        fail(
-            f"loss.normalization must be one of {', '.join(NORMALIZATIONS)}, "
-            f"got {recipe.loss.normalization!r}"
         )
 
     if not recipe.criteria:
@@ -441,13 +427,6 @@ def check_recipe(recipe: Recipe, source: str = "recipe") -> None:
             fail(f"{where}: top_k must be >= 1, got {c.top_k}")
         if c.mode not in MODES:
             fail(f"{where}: mode must be min or max, got {c.mode!r}")
-
-    d = recipe.diagnostics
-    if d.num_decode_utterances < 0 or d.spike_window < 1 or d.spike_factor <= 1.0:
-        fail(
-            "diagnostics: num_decode_utterances must be >= 0, spike_window >= 1 and "
-            f"spike_factor > 1, got {d}"
-        )
 
 
 def _check_model(
@@ -526,12 +505,21 @@ def trainer_kwargs(recipe: Recipe) -> dict[str, Any]:
     """Keyword arguments for ``lightning.Trainer`` with asrflow's units translated.
 
     ``val_check_interval`` becomes batches (Lightning's unit) and ``check_val_every_n_epoch`` is
-    ``None`` so that validation runs every that many batches across epoch boundaries.
+    ``None`` so that validation runs every that many batches across epoch boundaries. An interval
+    longer than the run is cut to ``max_steps`` (one validation at the end, e.g. for short test
+    runs made with an override of ``max_steps``), so best-model checkpoints always exist.
     """
     t = recipe.trainer
+    every = min(t.val_check_interval, t.max_steps)
+    if every < t.val_check_interval:
+        log.info(
+            "trainer.val_check_interval (%d) > trainer.max_steps (%d): validating once, at the end",
+            t.val_check_interval,
+            t.max_steps,
+        )
     return {
         "max_steps": t.max_steps,
-        "val_check_interval": t.val_check_interval * t.accumulate_grad_batches,
+        "val_check_interval": every * t.accumulate_grad_batches,
         "check_val_every_n_epoch": None,
         "precision": resolve_precision(t.precision, t.accelerator),
         "accumulate_grad_batches": t.accumulate_grad_batches,
@@ -540,34 +528,3 @@ def trainer_kwargs(recipe: Recipe) -> dict[str, Any]:
         "num_nodes": t.num_nodes,
         "accelerator": t.accelerator,
     }
-
-
-def with_overrides(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
-    """A checked copy of ``recipe`` with nested ``overrides`` merged in."""
-    new = recipe_from_dict(deep_merge(recipe.to_dict(), overrides))
-    check_recipe(new)
-    return new
-
-
-__all__ = [
-    "ESPNET_SUPERSEDED_KEYS",
-    "SECTIONS",
-    "BatchingConfig",
-    "Criterion",
-    "DiagnosticsConfig",
-    "LossConfig",
-    "OptimConfig",
-    "Recipe",
-    "SchedulerConfig",
-    "TrainerConfig",
-    "check_recipe",
-    "deep_merge",
-    "effective_batch_seconds",
-    "load_recipe",
-    "recipe_from_dict",
-    "resolve_precision",
-    "scaled_lr",
-    "trainer_kwargs",
-    "update_budget",
-    "with_overrides",
-]

@@ -96,9 +96,9 @@ def _load_train_cuts(spec: RunSpec, recipe: Recipe):
 def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, Any]:
     """Model, module, data loaders, callbacks and loggers for a run (no training yet)."""
     import lightning as L
+    from lhotse.dataset import SimpleCutSampler
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-    from lhotse.dataset import SimpleCutSampler
     from torch.utils.data import DataLoader
 
     from asrflow.train.data import AsrDataset, make_sampler

@@ -1,0 +1,68 @@
+"""Helpers for the end-to-end tests: run the workflow in a scratch directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake_command(*args: str) -> list[str]:
+    return [
+        *SNAKEMAKE,
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--configfile",
+        "config.yaml",
+        "--cores",
+        "2",
+        *args,
+    ]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        snakemake_command(*args),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=environment(),
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def executed(proc: subprocess.CompletedProcess) -> set[str]:
+    """'rule[wildcards]' of every job a (non-dry) run executed."""
+    jobs, current = set(), None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):", line)
+        if m:
+            current = m.group(1)
+            jobs.add(current)
+            continue
+        w = re.match(r"^\s+wildcards: (.*)", line)
+        if w and current:
+            jobs.discard(current)
+            jobs.add(f"{current}[{w.group(1)}]")
+            current = None
+    jobs.discard("all")
+    return jobs
+
+
+def write_config(workdir: Path, config: dict) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))

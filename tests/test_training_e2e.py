@@ -1,0 +1,211 @@
+"""End-to-end training in the workflow on a tiny corpus and a tiny model (marked slow).
+
+Covers the training issue's acceptance scenarios: the DAG runs audit -> smoke -> train and writes
+summary, checkpoints and diagnostics; a train job killed with SIGKILL midway resumes from its
+last checkpoint; the smoke rule fails fast on a tokenizer/token-list mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e import environment, snakemake, snakemake_command, write_config
+
+pytestmark = pytest.mark.slow
+
+TINY_RECIPE = {
+    "frontend": "default",
+    "frontend_conf": {
+        "fs": 16000,
+        "n_fft": 400,
+        "win_length": 400,
+        "hop_length": 160,
+        "n_mels": 40,
+    },
+    "specaug": None,
+    "normalize": "utterance_mvn",
+    "encoder": "conformer",
+    "encoder_conf": {
+        "output_size": 32,
+        "attention_heads": 2,
+        "linear_units": 64,
+        "num_blocks": 1,
+        "input_layer": "conv2d",
+        "cnn_module_kernel": 7,
+        "rel_pos_type": "latest",
+        "pos_enc_layer_type": "rel_pos",
+        "selfattention_layer_type": "rel_selfattn",
+        "use_cnn_module": True,
+    },
+    "ctc_conf": {"dropout_rate": 0.0},
+    "model_conf": {
+        "ctc_weight": 1.0,
+        "report_cer": False,
+        "report_wer": False,
+        "length_normalized_loss": False,
+    },
+    "trainer": {"max_steps": 24, "val_check_interval": 8, "gradient_clip_val": 5.0},
+    "optim": {"name": "adamw", "lr": 0.002},
+    "scheduler": {"warmup": 0.1},
+    "batching": {"max_duration": 15.0, "num_buckets": 2, "num_workers": 0},
+    "best_model_criterion": [["valid/loss", 2, "min"], ["valid/wer", 1, "min"]],
+    "diagnostics": {"num_decode_utterances": 3},
+}
+
+CONFIG = {
+    "corpora": {
+        "tiny": {
+            "source": "synthetic",
+            "synthetic": {
+                "num_utterances": 60,
+                "seed": 2,
+                "num_speakers": 4,
+                "sessions_per_speaker": 1,
+                "long_fraction": 0.0,
+            },
+        }
+    },
+    "tokenizers": {"tiny_char": {"corpus": "tiny", "model_type": "char"}},
+    "runs": {
+        "tiny_ctc": {
+            "corpora": ["tiny"],
+            "tokenizer": "tiny_char",
+            "recipe": "tiny",
+            "resources": {"cpus_per_device": 2},
+        }
+    },
+}
+
+
+def setup_workdir(workdir: Path, recipe: dict) -> None:
+    write_config(workdir, CONFIG)
+    (workdir / "config/recipes").mkdir(parents=True, exist_ok=True)
+    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("train")
+    setup_workdir(workdir, TINY_RECIPE)
+    snakemake(workdir)
+    return workdir
+
+
+def test_training_dag_writes_summary_checkpoints_and_diagnostics(trained):
+    run = trained / "results/runs/tiny_ctc"
+    summary = json.loads((run / "train/summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["steps"] == 24
+    assert summary["update_budget"]["optimizer_steps"] == 24
+    assert summary["effective_batch_seconds"] == 15.0
+    assert set(summary["criteria"]) == {"valid/loss", "valid/wer"}
+    assert len(summary["criteria"]["valid/loss"]["top_k"]) == 2
+    checkpoints = sorted(p.name for p in (run / "train/artifacts/checkpoints").iterdir())
+    assert "last.ckpt" in checkpoints
+    assert sum(name.startswith("valid.loss.") for name in checkpoints) == 2
+    assert sum(name.startswith("valid.wer.") for name in checkpoints) == 1
+    transcripts = sorted((run / "train/artifacts/diagnostics/transcripts").glob("step*.txt"))
+    assert [t.name for t in transcripts] == [
+        "step0000008.txt",
+        "step0000016.txt",
+        "step0000024.txt",
+    ]
+    assert "REF:" in transcripts[-1].read_text()
+    metrics = (run / "train/artifacts/csv/metrics.csv").read_text().splitlines()[0].split(",")
+    for column in (
+        "train/loss",
+        "train/loss_per_token",
+        "train/batch_tokens",
+        "train/batch_utterances",
+        "train/batch_audio_seconds",
+        "train/padding_ratio",
+        "train/grad_norm",
+        "lr",
+        "valid/loss",
+        "valid/wer",
+    ):
+        assert column in metrics, column
+    audit = json.loads((run / "audit/batches.json").read_text())
+    assert audit["tokens_per_batch"]["cv"] >= 0
+    assert (run / "audit/batches.png").stat().st_size > 0
+    smoke = json.loads((run / "smoke/summary.json").read_text())
+    assert smoke["status"] == "completed" and smoke["steps"] == 3
+    for path in (
+        run / "train/summary.json",
+        run / "smoke/summary.json",
+        run / "audit/batches.json",
+    ):
+        assert path.with_name(path.name + ".prov.json").is_file()
+
+
+def test_killed_train_job_resumes_from_its_last_checkpoint(trained):
+    recipe = json.loads(json.dumps(TINY_RECIPE))
+    recipe["trainer"].update(max_steps=48, val_check_interval=4)
+    (trained / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
+    work = trained / "results/work/tiny_ctc"
+    for ckpt in (work / "checkpoints").glob("*.ckpt"):
+        ckpt.unlink()  # the finished 24-step run must not be what we resume from
+    (work / "csv/metrics.csv").unlink()
+    proc = subprocess.Popen(
+        snakemake_command("--forcerun", "train"),
+        cwd=trained,
+        env=environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    last = work / "checkpoints/last.ckpt"
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if last.is_file() and any(work.glob("checkpoints/valid.loss.step00000[1-3]*.ckpt")):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the train job ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert last.is_file()
+    killed_at = sorted(work.glob("checkpoints/valid.loss.step*.ckpt"))[-1].name
+    snakemake(trained, "--unlock")  # what a user does after the Snakemake process itself died
+    snakemake(trained, "--rerun-incomplete")
+    summary = json.loads((trained / "results/runs/tiny_ctc/train/summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["resumed_from"] == str(Path("results/work/tiny_ctc/checkpoints/last.ckpt"))
+    assert summary["steps"] == 48, killed_at
+    # the resumed run continued the step count instead of starting again from step 0 (the
+    # killed run's own rows may be lost: the CSV logger flushes only now and then)
+    rows = (work / "csv/metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    loss, step = header.index("train/loss"), header.index("step")
+    steps = [int(r.split(",")[step]) for r in rows[1:] if r.split(",")[loss]]
+    assert 4 <= min(steps) < 48 and max(steps) == 47
+    assert set(range(min(steps), 48)) <= set(steps)
+    log = (trained / "logs/train/tiny_ctc.log").read_text()
+    assert "resuming run tiny_ctc from results/work/tiny_ctc/checkpoints/last.ckpt" in log
+    assert "resume: skipped" in log  # the data order continues where it stopped
+
+
+def test_smoke_fails_fast_on_a_tokenizer_mismatch(trained):
+    tokens = trained / "results/tokenizers/tiny_char/tokens.txt"
+    original = tokens.read_text()
+    lines = original.splitlines()
+    lines[2], lines[3] = lines[3], lines[2]
+    try:
+        tokens.write_text("\n".join(lines) + "\n")
+        proc = snakemake(
+            trained, "--forcerun", "smoke_train", "--until", "smoke_train", check=False
+        )
+        assert proc.returncode != 0
+        log = (trained / "logs/smoke_train/tiny_ctc.log").read_text()
+        assert "mismatch" in log and "tokens.txt" in log, log[-2000:]
+    finally:
+        tokens.write_text(original)

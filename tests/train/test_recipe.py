@@ -1,0 +1,243 @@
+"""Recipes: parsing, overrides, round trips, checks, budgets, and the shipped recipes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from asrflow.errors import AsrflowError
+from asrflow.train.recipe import (
+    ESPNET_SUPERSEDED_KEYS,
+    BatchingConfig,
+    Criterion,
+    LossConfig,
+    SchedulerConfig,
+    TrainerConfig,
+    check_recipe,
+    deep_merge,
+    effective_batch_seconds,
+    load_recipe,
+    recipe_from_dict,
+    scaled_lr,
+    trainer_kwargs,
+    update_budget,
+)
+from tests.train.tiny_espnet import build_asr_model, num_parameters
+
+RECIPES = Path(__file__).parents[2] / "config" / "recipes"
+MODEL = {
+    "encoder": "conformer",
+    "encoder_conf": {"output_size": 16, "num_blocks": 2},
+    "model_conf": {"ctc_weight": 1.0},
+}
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_defaults_and_espnet_keys_pass_through(tmp_path):
+    r = load_recipe(write(tmp_path, {**MODEL, "frontend": "default", "some_new_espnet_key": 3}))
+    assert r.model == {**MODEL, "frontend": "default", "some_new_espnet_key": 3}
+    assert r.trainer == TrainerConfig()
+    assert r.scheduler.warmup == 0.02
+    assert r.criteria == (Criterion("valid/loss", 3, "min"), Criterion("valid/wer", 2, "min"))
+    assert r.optim.betas == (0.9, 0.98)
+
+
+def test_overrides_deep_merge(tmp_path):
+    path = write(tmp_path, {**MODEL, "trainer": {"max_steps": 100, "seed": 3}})
+    r = load_recipe(
+        path,
+        {"trainer": {"max_steps": 10, "val_check_interval": 5}, "encoder_conf": {"num_blocks": 1}},
+    )
+    assert r.trainer.max_steps == 10
+    assert r.trainer.seed == 3  # untouched siblings survive
+    assert r.model["encoder_conf"] == {"output_size": 16, "num_blocks": 1}
+    # a short override run validates once, at its end
+    assert load_recipe(path, {"trainer": {"max_steps": 10}}).trainer.val_check_interval == 250
+    assert (
+        trainer_kwargs(load_recipe(path, {"trainer": {"max_steps": 10}}))["val_check_interval"]
+        == 10
+    )
+
+
+def test_round_trip_and_sha256(tmp_path):
+    r = load_recipe(RECIPES / "a100_conformer.yaml")
+    assert recipe_from_dict(r.to_dict()) == r
+    assert yaml.safe_load(yaml.safe_dump(r.to_dict())) == r.to_dict()
+    assert recipe_from_dict(r.to_dict()).sha256() == r.sha256()
+    assert hash(r) == hash(recipe_from_dict(r.to_dict()))
+    changed = recipe_from_dict(deep_merge(r.to_dict(), {"encoder_conf": {"num_blocks": 11}}))
+    assert changed.sha256() != r.sha256()
+    # the model dict is a copy: mutating the input does not change the recipe
+    source = {**MODEL, "encoder_conf": {"num_blocks": 2}}
+    r2 = recipe_from_dict(source)
+    source["encoder_conf"]["num_blocks"] = 5
+    assert r2.model["encoder_conf"]["num_blocks"] == 2
+
+
+def test_yaml_int_precision_and_float_fields(tmp_path):
+    r = load_recipe(
+        write(
+            tmp_path,
+            {
+                **MODEL,
+                "trainer": {"precision": 32},
+                "optim": {"lr": 1},
+                "batching": {"max_duration": 30},
+            },
+        )
+    )
+    assert r.trainer.precision == "32"
+    assert r.optim.lr == 1.0 and isinstance(r.optim.lr, float)
+    assert r.batching.max_duration == 30.0
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"trainer": {"max_step": 10}}, r"unknown key\(s\) trainer\.max_step"),
+        ({"optim": {"name": "adamw", "momentun": 0.9}}, r"optim\.momentun"),
+        ({"trainer": {"max_steps": "10"}}, r"trainer\.max_steps must be an integer"),
+        ({"trainer": {"max_steps": 10.0}}, r"trainer\.max_steps must be an integer"),
+        ({"optim": {"betas": [0.9]}}, r"optim\.betas must be a list of 2 numbers"),
+        ({"optim": "adam"}, r"optim: adam is ESPnet's syntax"),
+        ({"best_model_criterion": [["valid", "loss", "min"]]}, r"\[monitor, top_k, mode\]"),
+        ({"best_model_criterion": [["valid/acc", "max", 10]]}, r"ESPnet3's"),
+    ],
+)
+def test_parse_errors_name_the_key(tmp_path, data, message):
+    with pytest.raises(AsrflowError, match=message) as info:
+        load_recipe(write(tmp_path, {**MODEL, **data}))
+    assert "recipe.yaml" in str(info.value)  # the file is named
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"scheduler": SchedulerConfig(total_steps=3000)},
+            r"scheduler\.total_steps \(3000\) != trainer\.max_steps \(2500\): the scheduler "
+            r"would not reach its end",
+        ),
+        ({"scheduler": SchedulerConfig(warmup=2500)}, r"scheduler\.warmup \(2500 = 2500 steps\)"),
+        ({"scheduler": SchedulerConfig(warmup=1.5)}, r"scheduler\.warmup \(1\.5\) is a float"),
+        ({"scheduler": SchedulerConfig(name="noam")}, r"scheduler\.name"),
+        ({"loss": LossConfig("frame")}, r"loss\.normalization must be one of token, utterance"),
+        ({"criteria": (Criterion("valid/loss", 0, "min"),)}, r"top_k must be >= 1"),
+        ({"criteria": (Criterion("valid/loss", 3, "lowest"),)}, r"mode must be min or max"),
+        ({"criteria": (Criterion("valid/loss", 3, "min"),) * 2}, r"listed twice"),
+        ({"criteria": ()}, r"best_model_criterion is empty"),
+        ({"trainer": TrainerConfig(precision="bf16")}, r"trainer\.precision"),
+        ({"trainer": TrainerConfig(accumulate_grad_batches=0)}, r"accumulate_grad_batches"),
+        ({"batching": BatchingConfig(max_duration=0.0)}, r"batching\.max_duration"),
+    ],
+)
+def test_check_recipe_errors(change, message):
+    r = replace(recipe_from_dict(MODEL), **change)
+    with pytest.raises(AsrflowError, match=message):
+        check_recipe(r)
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"model_conf": {"ctc_weight": 1.0}}, r"encoder is missing"),
+        ({**MODEL, "max_epoch": 70}, r"max_epoch is an ESPnet training key.*trainer\.max_steps"),
+        ({**MODEL, "optim_conf": {"lr": 1}}, r"optim_conf .*use optim"),
+        ({**MODEL, "token_list": ["a"]}, r"token_list"),
+        ({**MODEL, "encoder_conf": 3}, r"encoder_conf must be a mapping"),
+        ({"encoder": "conformer", "model_conf": {"ctc_weight": 0.3}}, r"no decoder is given"),
+        ({"encoder": "conformer"}, r"ctc_weight is 0\.5"),  # ESPnet's default is hybrid
+        (
+            {**MODEL, "model_conf": {"ctc_weight": 1.0, "length_normalized_loss": True}},
+            r"divided by the token count twice",
+        ),
+    ],
+)
+def test_check_recipe_model_section(model, message):
+    with pytest.raises(AsrflowError, match=message):
+        check_recipe(recipe_from_dict(model))
+
+
+def test_every_superseded_key_is_refused():
+    for key in ESPNET_SUPERSEDED_KEYS:
+        with pytest.raises(AsrflowError, match=key):
+            check_recipe(recipe_from_dict({**MODEL, key: 1}))
+
+
+def test_budget_and_lr_scaling():
+    r = replace(
+        recipe_from_dict(MODEL),
+        trainer=TrainerConfig(max_steps=1000, devices=4, num_nodes=2, accumulate_grad_batches=3),
+        batching=BatchingConfig(max_duration=100.0),
+    )
+    assert effective_batch_seconds(r) == 100.0 * 4 * 2 * 3
+    assert update_budget(r) == {
+        "optimizer_steps": 1000,
+        "warmup_steps": 20,
+        "batches_per_device": 3000,
+        "effective_batch_seconds": 2400.0,
+        "max_audio_seconds": 2_400_000.0,
+        "peak_lr": 0.002,
+    }
+    assert scaled_lr(r) == 0.002
+    scaled = replace(r, trainer=replace(r.trainer, scale_lr_with_devices=True))
+    assert scaled_lr(scaled) == pytest.approx(0.002 * 8)
+
+
+def test_trainer_kwargs_count_validation_in_batches():
+    r = replace(
+        recipe_from_dict(MODEL),
+        trainer=TrainerConfig(
+            max_steps=1000,
+            val_check_interval=100,
+            accumulate_grad_batches=4,
+            precision="bf16-mixed",
+        ),
+    )
+    kw = trainer_kwargs(r)
+    assert kw["val_check_interval"] == 400  # Lightning counts batches, not updates
+    assert kw["check_val_every_n_epoch"] is None
+    assert kw["max_steps"] == 1000
+    assert kw["precision"] == "bf16-mixed"
+    assert trainer_kwargs(recipe_from_dict(MODEL))["precision"] in ("32-true", "bf16-mixed")
+    short = replace(r, trainer=replace(r.trainer, max_steps=10))
+    assert trainer_kwargs(short)["val_check_interval"] == 40  # once, at the end
+
+
+@pytest.mark.parametrize("name", ["demo_conformer", "a100_conformer"])
+def test_shipped_recipes_load_and_check(name):
+    r = load_recipe(RECIPES / f"{name}.yaml")
+    check_recipe(r)
+    assert r.model["encoder"] == "conformer"
+    assert r.loss.normalization == "token"
+    assert update_budget(r)["warmup_steps"] == round(0.02 * r.trainer.max_steps)
+
+
+def test_demo_recipe_builds_a_ctc_conformer(tmp_path, caplog):
+    r = load_recipe(RECIPES / "demo_conformer.yaml")
+    model = build_asr_model(r.model, tmp_path)
+    assert model.decoder is None and model.ctc is not None
+    assert len(model.encoder.encoders) == 4
+    assert model.encoder.output_size() == 144
+    n = num_parameters(model)
+    assert 2_000_000 < n < 3_500_000, n  # ~2.6 M with a 29-token char list
+
+
+def test_a100_recipe_builds_a_hybrid_conformer(tmp_path):
+    r = load_recipe(RECIPES / "a100_conformer.yaml")
+    start = time.monotonic()
+    model = build_asr_model(r.model, tmp_path)
+    assert time.monotonic() - start < 60
+    assert model.decoder is not None and model.ctc is not None
+    assert model.ctc_weight == 0.3
+    assert len(model.encoder.encoders) == 12 and len(model.decoder.decoders) == 6
+    assert 25_000_000 < num_parameters(model) < 35_000_000
