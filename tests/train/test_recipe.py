@@ -219,17 +219,19 @@ def test_shipped_recipes_load_and_check(name):
     check_recipe(r)
     assert r.model["encoder"] == "conformer"
     assert r.loss.normalization == "token"
-    assert update_budget(r)["warmup_steps"] == round(0.02 * r.trainer.max_steps)
+    warmup = update_budget(r)["warmup_steps"]
+    assert warmup == round(r.scheduler.warmup * r.trainer.max_steps)
+    assert 0.01 <= warmup / r.trainer.max_steps <= 0.05  # a short warmup, then cosine
 
 
 def test_demo_recipe_builds_a_ctc_conformer(tmp_path, caplog):
     r = load_recipe(RECIPES / "demo_conformer.yaml")
     model = build_asr_model(r.model, tmp_path)
     assert model.decoder is None and model.ctc is not None
-    assert len(model.encoder.encoders) == 4
-    assert model.encoder.output_size() == 144
+    assert len(model.encoder.encoders) == 2
+    assert model.encoder.output_size() == 96
     n = num_parameters(model)
-    assert 2_000_000 < n < 3_500_000, n  # ~2.6 M with a 29-token char list
+    assert 500_000 < n < 1_000_000, n  # ~0.72 M: small enough for ~0.2 s/step on 2 cores
 
 
 def test_a100_recipe_builds_a_hybrid_conformer(tmp_path):

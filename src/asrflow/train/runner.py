@@ -62,6 +62,8 @@ class RunSpec:
     max_train_cuts: int | None = None
     """Use only the first N train cuts (the smoke run)."""
     max_dev_cuts: int | None = None
+    init: Mapping[str, Any] | None = None
+    """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
 
 
 def checkpoint_tag(monitor: str) -> str:
@@ -103,6 +105,7 @@ def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, 
 
     from asrflow.train.data import AsrDataset, make_sampler
     from asrflow.train.diagnostics import Diagnostics
+    from asrflow.train.init import apply_init
     from asrflow.train.model import build_model
     from asrflow.train.module import AsrModule
     from asrflow.train.resume import SkippingSampler
@@ -115,6 +118,7 @@ def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, 
     norm = TextNormalization.from_dict(spec.normalization)
     encoder = TokenEncoder(spec.bpe_model, spec.tokens, norm)
     model, args = build_model(recipe.model, spec.tokens, spec.bpe_model)
+    init = apply_init(model, spec.init, tokens=spec.tokens) if spec.init else None
 
     train = _load_train_cuts(spec, recipe)
     dev = load_cuts(spec.dev_cuts)
@@ -173,6 +177,7 @@ def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, 
         "diagnostics": diagnostics,
         "num_train_cuts": len(train),
         "num_dev_cuts": len(dev),
+        "init": init,
     }
 
 
@@ -211,6 +216,7 @@ def train_run(
         "update_budget": budget,
         "effective_batch_seconds": effective_batch_seconds(recipe),
         "hashes": _hashes(spec, recipe),
+        "init": dict(spec.init) if spec.init else None,
         "host": platform.node(),
     }
     started = time.time()
@@ -218,6 +224,9 @@ def train_run(
     resumed_from = str(last) if last.is_file() else None
     try:
         parts = build_trainer_parts(spec, recipe, work)
+        if parts["init"] is not None:
+            summary["init"] = parts["init"]
+            summary["hashes"]["start_weights"] = parts["init"]["weights_sha256"]
         kwargs = {**trainer_kwargs(recipe), **trainer_overrides}
         if kwargs.get("devices", 1) > 1 or kwargs.get("num_nodes", 1) > 1:
             kwargs.setdefault("strategy", "ddp")

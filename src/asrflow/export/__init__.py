@@ -1,0 +1,1 @@
+"""Exporting trained models as packages that ESPnet's own ``Speech2Text`` loads."""

@@ -1,0 +1,441 @@
+"""Model packages: a directory that ESPnet's own ``Speech2Text`` loads, with its checksums.
+
+A package holds::
+
+    config.yaml     ESPnet's training config (the parsed ``ASRTask`` arguments, token list inline)
+    model.pth       the ESPnet model's own state dict (no Lightning ``model.`` prefix), loadable
+                    with ``torch.load(weights_only=True)``
+    bpe.model       the SentencePiece model
+    tokens.txt      the token list (the same list as in config.yaml)
+    package.json    artifact name, SHA-256 of the four files above, the source checkpoint,
+                    package versions and the caller's provenance mapping
+
+Plain ESPnet loads it::
+
+    from espnet2.bin.asr_inference import Speech2Text
+    s2t = Speech2Text("pkg/config.yaml", "pkg/model.pth", ctc_weight=1.0)   # CTC-only model
+    text = s2t(audio)[0][0]
+
+**Where the BPE model is found.** ESPnet opens ``bpemodel`` from config.yaml as written,
+relative to the *working directory*, not to the config's folder. The exported config therefore
+holds the package's absolute ``bpe.model`` path at export time, so the plain call above works from
+any directory while the package stays where it was written. A package that was moved or copied
+must be loaded with :func:`load_speech2text`, which hands ESPnet the package's own ``bpe.model``
+(``Speech2Text``'s ``bpemodel`` argument overrides the config's), so the stale path in
+config.yaml is never opened.
+
+**Why the weights are checked here.** ESPnet loads ``model.pth`` with ``strict=False``: a state
+dict whose keys still carry a ``model.`` prefix loads without a word and decodes garbage.
+:func:`export_package` refuses any state dict that does not match, key for key and shape for
+shape, the model that config.yaml builds, and reloads what it wrote strictly before the package
+appears.
+
+Writes are whole-or-absent and content-stable: the package is assembled in a temporary directory
+beside ``out_dir`` and renamed into place; if ``out_dir`` already holds exactly the same files,
+it is left untouched (mtimes included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import filecmp
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import yaml
+
+from asrflow.errors import AsrflowError
+from asrflow.hashing import sha256_file
+from asrflow.io import dumps_json
+from asrflow.train.tokens import TokenEncoder
+from asrflow.types import Pathlike
+
+if TYPE_CHECKING:
+    from espnet2.bin.asr_inference import Speech2Text
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "asrflow.package/1"
+CONFIG = "config.yaml"
+MODEL = "model.pth"
+BPE_MODEL = "bpe.model"
+TOKENS = "tokens.txt"
+MANIFEST = "package.json"
+FILES = (CONFIG, MODEL, BPE_MODEL, TOKENS)
+"""The files whose SHA-256 ``package.json`` records (everything but itself)."""
+
+LIGHTNING_PREFIX = "model."
+"""Prefix of the ESPnet model's keys in an ``AsrModule`` checkpoint (``self.model``)."""
+
+REQUIRED_KEYS = (
+    "init", "token_list", "token_type", "bpemodel", "input_size", "frontend", "frontend_conf",
+    "specaug", "normalize", "normalize_conf", "encoder", "encoder_conf", "ctc_conf", "model_conf",
+)  # fmt: skip
+"""Keys of ESPnet's arguments without which ``Speech2Text`` cannot rebuild the model."""
+
+VOLATILE_KEYS = ("config", "output_dir")
+"""Arguments that name the training run's temporary files; exported as null so that the same
+model gives the same config.yaml from any run. Rebuilding the model does not read them."""
+
+VERSIONED_PACKAGES = ("espnet", "torch", "sentencepiece")
+
+
+# -- export ---------------------------------------------------------------------------------------
+def export_package(
+    *,
+    state_dict_or_checkpoint: Pathlike,
+    espnet_args: Mapping[str, Any] | argparse.Namespace,
+    bpe_model: Pathlike,
+    tokens_txt: Pathlike,
+    out_dir: Pathlike,
+    artifact: str,
+    provenance: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the package ``out_dir`` (see the module docstring); returns its ``package.json``.
+
+    ``state_dict_or_checkpoint`` is a Lightning checkpoint of an ``AsrModule`` (its
+    ``state_dict``'s ``model.*`` entries are the ESPnet model) or a plain state dict of the ESPnet
+    model. ``espnet_args`` are ESPnet's parsed arguments (:func:`asrflow.train.model.build_model`'s
+    second result, or the run's ``artifacts/espnet_config.json``). ``bpe_model`` and
+    ``tokens_txt`` must be the pair the model was trained with.
+
+    Example::
+
+        export_package(
+            state_dict_or_checkpoint="results/runs/r1/checkpoints/last.ckpt",
+            espnet_args=json.loads(Path("results/runs/r1/espnet_config.json").read_text()),
+            bpe_model="results/tok/bpe.model", tokens_txt="results/tok/tokens.txt",
+            out_dir="results/packages/r1", artifact="r1-last",
+        )
+    """
+    source = Path(state_dict_or_checkpoint)
+    out = Path(out_dir).absolute()
+    TokenEncoder(bpe_model, tokens_txt)  # refuses a model/list pair that do not belong together
+    tokens = Path(tokens_txt).read_text(encoding="utf-8").splitlines()
+    config = espnet_config(espnet_args, tokens, out / BPE_MODEL)
+    config_text = yaml_text(config)
+    model = build_espnet_model(yaml.safe_load(config_text))
+
+    state, source_format = load_model_state(source)
+    reference = model.state_dict()
+    check_state_dict(state, reference, source=source)
+    # the reference's key order, contiguous copies: the same weights always give the same bytes
+    weights = {
+        k: state[k].detach().cpu().clone(memory_format=torch.contiguous_format) for k in reference
+    }
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        (tmp / CONFIG).write_text(config_text, encoding="utf-8")
+        torch.save(weights, tmp / MODEL)
+        shutil.copyfile(bpe_model, tmp / BPE_MODEL)
+        shutil.copyfile(tokens_txt, tmp / TOKENS)
+        _check_reload(tmp / MODEL, model)
+        manifest = {
+            "schema": SCHEMA,
+            "artifact": artifact,
+            "files": {name: sha256_file(tmp / name) for name in FILES},
+            "source": {
+                "path": str(source),
+                "sha256": sha256_file(source),
+                "format": source_format,
+            },
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "ctc_only": is_ctc_only(config),
+            "versions": _versions(),
+            "provenance": dict(provenance or {}),
+        }
+        (tmp / MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
+        _publish(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    log.info(
+        "exported %s (%s, %s parameters) from %s -> %s",
+        artifact,
+        source_format,
+        f"{manifest['num_parameters']:,}",
+        source,
+        out,
+    )
+    return manifest
+
+
+def espnet_config(
+    espnet_args: Mapping[str, Any] | argparse.Namespace,
+    tokens: list[str],
+    bpe_model: Path,
+) -> dict[str, Any]:
+    """ESPnet's training config for a package: plain YAML values, the token list inline,
+    ``bpemodel`` = ``bpe_model`` and :data:`VOLATILE_KEYS` nulled."""
+    raw = vars(espnet_args) if isinstance(espnet_args, argparse.Namespace) else espnet_args
+    config = {str(k): _plain(v, str(k)) for k, v in raw.items()}
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise AsrflowError(
+            f"espnet_args lack {', '.join(map(repr, missing))}: ESPnet's Speech2Text cannot "
+            "rebuild the model without them; pass the full parsed ESPnet arguments "
+            "(build_model's second result or the run's espnet_config.json)"
+        )
+    trained = config["token_list"]
+    if isinstance(trained, list) and trained != tokens:
+        raise AsrflowError(
+            f"the token list the model was trained with ({len(trained)} tokens) differs from "
+            f"tokens.txt ({len(tokens)} tokens); export with the run's own tokenizer files"
+        )
+    config["token_list"] = list(tokens)
+    config["bpemodel"] = str(bpe_model)
+    for key in VOLATILE_KEYS:
+        if key in config:
+            config[key] = None
+    return config
+
+
+def yaml_text(config: Mapping[str, Any]) -> str:
+    """config.yaml as ESPnet writes it (no YAML aliases), with sorted keys for stable bytes."""
+    from espnet2.utils.yaml_no_alias_safe_dump import yaml_no_alias_safe_dump
+
+    return yaml_no_alias_safe_dump(dict(config), indent=4, sort_keys=True)
+
+
+def build_espnet_model(config: Mapping[str, Any]) -> torch.nn.Module:
+    """``ASRTask.build_model`` on a config mapping, as ``Speech2Text`` does it."""
+    from espnet2.tasks.asr import ASRTask
+
+    args = argparse.Namespace(**copy.deepcopy(dict(config)))
+    try:
+        return ASRTask.build_model(args)
+    except AttributeError as exc:
+        name = getattr(exc, "name", None)
+        if getattr(exc, "obj", None) is args and name:
+            raise AsrflowError(
+                f"espnet_args lack {name!r}, which ESPnet needs to build the model; pass the "
+                "full parsed ESPnet arguments"
+            ) from exc
+        raise
+
+
+def load_model_state(source: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """The ESPnet model's state dict in ``source``, and ``"lightning"`` or ``"state_dict"``.
+
+    A Lightning checkpoint (a mapping with a ``state_dict`` mapping) gives its ``model.*``
+    entries without the prefix; anything else must be a plain ``{name: tensor}`` state dict and
+    is taken as is (a stray prefix is then caught by :func:`check_state_dict`).
+    """
+    try:
+        obj = torch.load(source, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise AsrflowError(f"{source}: no such checkpoint") from None
+    except Exception as exc:  # pickle errors of every kind, refused globals
+        raise AsrflowError(
+            f"{source}: cannot be read as a checkpoint with torch.load(weights_only=True): {exc}"
+        ) from exc
+    if not isinstance(obj, Mapping):
+        raise AsrflowError(f"{source}: holds a {type(obj).__name__}, not a state dict")
+    if isinstance(obj.get("state_dict"), Mapping):
+        full = obj["state_dict"]
+        n = len(LIGHTNING_PREFIX)
+        state = {k[n:]: v for k, v in full.items() if k.startswith(LIGHTNING_PREFIX)}
+        others = sorted(k for k in full if not k.startswith(LIGHTNING_PREFIX))
+        if others:
+            log.info(
+                "%s: ignoring %d entr(ies) outside the ESPnet model, e.g. %r",
+                source,
+                len(others),
+                others[0],
+            )
+        source_format = "lightning"
+    else:
+        state, source_format = dict(obj), "state_dict"
+    for k, v in state.items():
+        if not isinstance(v, torch.Tensor):
+            raise AsrflowError(f"{source}: entry {k!r} is a {type(v).__name__}, not a tensor")
+    return state, source_format
+
+
+def check_state_dict(
+    state: Mapping[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
+    *,
+    source: Pathlike = "<state dict>",
+) -> None:
+    """Raise unless ``state`` has exactly the keys of ``reference``, with the same shapes."""
+    for key in sorted(state):
+        if key not in reference:
+            hint = (
+                f"; it still carries the Lightning {LIGHTNING_PREFIX!r} prefix, so this is a "
+                "module's state dict saved without the checkpoint around it: export the "
+                "Lightning checkpoint itself"
+                if key.startswith(LIGHTNING_PREFIX) and key[len(LIGHTNING_PREFIX) :] in reference
+                else ""
+            )
+            raise AsrflowError(
+                f"{source}: key {key!r} is not in the model that the ESPnet arguments build "
+                f"({len(reference)} keys, e.g. {next(iter(reference))!r}){hint}"
+            )
+        want, got = tuple(reference[key].shape), tuple(state[key].shape)
+        if want != got:
+            raise AsrflowError(
+                f"{source}: key {key!r} has shape {list(got)}, the model built from the ESPnet "
+                f"arguments has {list(want)}; the checkpoint belongs to another model config"
+            )
+    missing = [k for k in reference if k not in state]
+    if missing:
+        raise AsrflowError(
+            f"{source}: the model built from the ESPnet arguments has {len(missing)} key(s) the "
+            f"checkpoint lacks, e.g. {missing[0]!r}; the checkpoint belongs to another model "
+            "config (ESPnet would silently keep random weights for them)"
+        )
+
+
+def is_ctc_only(config: Mapping[str, Any]) -> bool:
+    """True when the model decodes with CTC alone (no decoder, or model_conf.ctc_weight 1)."""
+    model_conf = config.get("model_conf") or {}
+    return config.get("decoder") in (None, "none") or model_conf.get("ctc_weight") == 1.0
+
+
+def _plain(value: Any, key: str) -> Any:
+    """``value`` as YAML-safe plain data (tuples as lists), or an error naming ``key``."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise AsrflowError(
+        f"espnet_args: {key!r} is a {type(value).__name__} ({value!r}), which config.yaml "
+        "cannot hold"
+    )
+
+
+def _check_reload(model_file: Path, model: torch.nn.Module) -> None:
+    """Load what was written the way ESPnet will, but strictly."""
+    state = torch.load(model_file, map_location="cpu", weights_only=True)
+    model.load_state_dict(state, strict=True)
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    """True when directories ``a`` and ``b`` hold the same file names with the same bytes."""
+    names_a = sorted(p.name for p in a.iterdir())
+    names_b = sorted(p.name for p in b.iterdir())
+    if names_a != names_b or not all((a / n).is_file() and (b / n).is_file() for n in names_a):
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(a, b, names_a, shallow=False)
+    return not mismatch and not errors
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move the finished package ``tmp`` to ``out`` unless ``out`` already has the same files."""
+    if out.is_dir() and _same_files(tmp, out):
+        log.info("%s already holds this package; left untouched", out)
+        return
+    os.chmod(tmp, 0o755)
+    for p in tmp.iterdir():
+        os.chmod(p, 0o644)
+    old = None
+    if out.exists() or out.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.replace(out, old / out.name)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+# -- loading and checking -------------------------------------------------------------------------
+def verify_package(package_dir: Pathlike) -> dict[str, Any]:
+    """Re-hash a package's files against its ``package.json``; returns the manifest.
+
+    Raises :class:`AsrflowError` naming the first missing or changed file.
+    """
+    package = Path(package_dir)
+    manifest_path = package / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AsrflowError(f"{manifest_path}: not a readable package manifest ({exc})") from exc
+    for name, expected in sorted(manifest.get("files", {}).items()):
+        path = package / name
+        if not path.is_file():
+            raise AsrflowError(f"{package}: package file {name} is missing; re-export it")
+        if sha256_file(path) != expected:
+            raise AsrflowError(
+                f"{path}: its SHA-256 differs from {MANIFEST}; the package was modified, "
+                "re-export it"
+            )
+    return manifest
+
+
+def load_speech2text(
+    package_dir: Pathlike,
+    *,
+    device: str = "cpu",
+    ctc_weight: float | None = None,
+    beam_size: int = 20,
+    verify: bool = True,
+    **kwargs: Any,
+) -> Speech2Text:
+    """ESPnet's ``Speech2Text`` for a package, wherever the package now lies.
+
+    ``ctc_weight`` defaults to 1.0 for CTC-only models (ESPnet's default of 0.5 gives garbage
+    there: half the score goes to a decoder that does not exist) and to ESPnet's 0.5 otherwise.
+    ``beam_size`` is capped at the vocabulary size (a wider beam makes ESPnet's first search
+    step fail). ``bpemodel`` defaults to the package's own ``bpe.model`` (see the module docstring); other
+    ``kwargs`` go to ``Speech2Text`` as they are. With ``verify``, the files are checked against
+    ``package.json`` first.
+
+    Example::
+
+        s2t = load_speech2text("results/packages/r1")
+        text, *_ = s2t(audio_16k)[0]
+    """
+    from espnet2.bin.asr_inference import Speech2Text
+
+    package = Path(package_dir).absolute()
+    if verify:
+        verify_package(package)
+    config_file = package / CONFIG
+    with open(config_file, encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    ctc_only = is_ctc_only(config)
+    if ctc_weight is None:
+        ctc_weight = 1.0 if ctc_only else 0.5
+    elif ctc_only and ctc_weight != 1.0:
+        raise AsrflowError(
+            f"{package}: a CTC-only model decodes with ctc_weight=1.0, not {ctc_weight}"
+        )
+    # the first search step ranks one hypothesis' tokens: ESPnet fails if the beam is wider
+    vocab = len(config.get("token_list") or ())
+    if vocab and beam_size > vocab:
+        log.info("beam_size %d capped at the vocabulary size, %d", beam_size, vocab)
+        beam_size = vocab
+    kwargs.setdefault("bpemodel", str(package / BPE_MODEL))
+    return Speech2Text(
+        asr_train_config=config_file,
+        asr_model_file=package / MODEL,
+        device=device,
+        ctc_weight=ctc_weight,
+        beam_size=beam_size,
+        **kwargs,
+    )

@@ -1,0 +1,1 @@
+"""Choosing the model of a run: checkpoint averaging and selection."""

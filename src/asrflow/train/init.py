@@ -1,0 +1,388 @@
+"""Starting a run from existing weights (fine-tuning): ``runs.<run>.init``.
+
+The source is an exported model package (a directory with ``config.yaml`` and a ``.pth`` file, as
+ESPnet's ``Speech2Text`` loads them; an unpacked ESPnet model-zoo package names its weights in
+``meta.yaml``), an ESPnet experiment directory (``exp/asr_*/``), a plain state-dict ``.pth`` or a
+Lightning checkpoint of an earlier asrflow run. Parameter keys are chosen with fnmatch patterns::
+
+    init:
+      model: exp/asr_base/
+      include: ["encoder.*", "frontend.*", "normalize.*"]
+      exclude: ["ctc.*", "decoder.*"]
+
+Every chosen key must exist in the new model with the same shape; keys the file has and the model
+lacks are an error unless left out by the patterns. ESPnet's own loader uses ``strict=False`` and
+silently ignores keys that do not match (a ``model.`` prefix left over from Lightning loads
+nothing and decodes garbage), so after loading, every chosen tensor is compared with its source.
+
+This module imports torch lazily: :func:`find_weights` is cheap enough for a Snakemake input
+function.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import pickle
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from asrflow.errors import AsrflowError
+from asrflow.hashing import sha256_file
+from asrflow.types import Pathlike
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+MANIFESTS = ("meta.yaml", "meta.yml", "manifest.json")
+"""Package manifests that name the weights file (``files.asr_model_file`` or ``asr_model_file``,
+relative to the package directory); ``meta.yaml`` is what ESPnet's ``pack`` writes."""
+MANIFEST_WEIGHTS_KEY = "asr_model_file"
+MANIFEST_CONFIG_KEY = "asr_train_config"
+WEIGHTS_PATTERNS = ("model.pth", "valid.acc.ave.pth", "*.ave*.pth", "valid.*best*.pth", "*.pth")
+"""Weights looked for in a directory without a manifest, in this order; the first pattern that
+matches exactly one file (symlinks to the same file count once) wins."""
+LIGHTNING_PREFIX = "model."
+"""Prefix of the ESPnet model's keys in an asrflow Lightning checkpoint (``AsrModule.model``)."""
+DEFAULT_INCLUDE = ("*",)
+DEFAULT_EXCLUDE: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InitConfig:
+    """``runs.<run>.init`` of the config (defaults as in the schema)."""
+
+    model: str
+    include: tuple[str, ...] = DEFAULT_INCLUDE
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    reuse_tokenizer: bool = False
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> InitConfig:
+        unknown = set(d) - {"model", "include", "exclude", "reuse_tokenizer"}
+        if unknown:
+            raise AsrflowError(
+                f"init: unknown key(s) {', '.join(sorted(unknown))}; "
+                "allowed: model, include, exclude, reuse_tokenizer"
+            )
+        if not d.get("model"):
+            raise AsrflowError("init: 'model' is required (a package, ESPnet model dir or .pth)")
+        include = d.get("include")
+        exclude = d.get("exclude")
+        return cls(
+            model=str(d["model"]),
+            include=tuple(DEFAULT_INCLUDE if include is None else include),
+            exclude=tuple(DEFAULT_EXCLUDE if exclude is None else exclude),
+            reuse_tokenizer=bool(d.get("reuse_tokenizer", False)),
+        )
+
+
+# --- finding the files ---------------------------------------------------------------------
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise AsrflowError(f"{path}: not a readable package manifest: {exc}") from None
+    if not isinstance(data, dict):
+        raise AsrflowError(f"{path}: a package manifest must be a mapping")
+    return data
+
+
+def _manifest_entry(directory: Path, key: str) -> tuple[Path, Path] | None:
+    """``(manifest, file)`` for ``key`` (under ``files``/``yaml_files`` or top level)."""
+    for name in MANIFESTS:
+        manifest = directory / name
+        if not manifest.is_file():
+            continue
+        data = _read_manifest(manifest)
+        for section in (data.get("files"), data.get("yaml_files"), data):
+            if isinstance(section, Mapping) and isinstance(section.get(key), str):
+                return manifest, directory / section[key]
+    return None
+
+
+def _unique_files(paths: Sequence[Path]) -> list[Path]:
+    """Files among ``paths``, one per real file (ESPnet links valid.acc.ave.pth to a *best)."""
+    seen: dict[Path, Path] = {}
+    for p in sorted(paths):
+        if p.is_file():
+            seen.setdefault(p.resolve(), p)
+    return sorted(seen.values())
+
+
+def find_weights(model_path: Pathlike) -> Path:
+    """The weights file of a package or model directory, or ``model_path`` itself if a file.
+
+    In a directory: the file its manifest names (``meta.yaml``: ``files.asr_model_file``), else
+    the first of :data:`WEIGHTS_PATTERNS` that matches exactly one file. Example::
+
+        find_weights("exp/asr_conformer")  # -> exp/asr_conformer/valid.acc.ave.pth
+    """
+    path = Path(model_path)
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise AsrflowError(
+            f"init.model {str(path)!r} does not exist; give an exported package directory, an "
+            "ESPnet model directory or a .pth/.ckpt file"
+        )
+    entry = _manifest_entry(path, MANIFEST_WEIGHTS_KEY)
+    if entry is not None:
+        manifest, weights = entry
+        if not weights.is_file():
+            raise AsrflowError(f"{manifest} names weights {str(weights)!r}, which do not exist")
+        return weights
+    for pattern in WEIGHTS_PATTERNS:
+        found = _unique_files(list(path.glob(pattern)))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            names = ", ".join(p.name for p in found)
+            raise AsrflowError(
+                f"init.model {str(path)!r}: {len(found)} weight files match {pattern!r} "
+                f"({names}); name the one to start from in init.model"
+            )
+    present = sorted(p.name for p in path.iterdir())
+    listing = ", ".join(present[:20]) + (" ..." if len(present) > 20 else "") or "nothing"
+    raise AsrflowError(
+        f"init.model {str(path)!r}: no weights file found (looked for a manifest "
+        f"{'/'.join(MANIFESTS)} and {', '.join(WEIGHTS_PATTERNS)}); the directory holds: {listing}"
+    )
+
+
+def tracked_weights(model_path: Pathlike) -> str:
+    """What a rule declares as input for ``init.model``: its weights file when it exists, else
+    the path as given (so Snakemake finds the rule that makes it, or reports it missing)."""
+    return str(find_weights(model_path)) if Path(model_path).exists() else str(model_path)
+
+
+def find_config(model_path: Pathlike) -> Path | None:
+    """The ESPnet training config (``config.yaml``) that goes with a package, dir or .pth."""
+    path = Path(model_path)
+    directory = path if path.is_dir() else path.parent
+    if path.is_dir():
+        entry = _manifest_entry(path, MANIFEST_CONFIG_KEY)
+        if entry is not None and entry[1].is_file():
+            return entry[1]
+    for candidate in (directory / "config.yaml", find_weights(path).parent / "config.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _strip_lightning_prefix(state: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    prefixed = [k for k in state if k.startswith(LIGHTNING_PREFIX)]
+    if not prefixed:
+        return dict(state)
+    if len(prefixed) != len(state):
+        other = next(k for k in state if not k.startswith(LIGHTNING_PREFIX))
+        raise AsrflowError(
+            f"{path}: a Lightning checkpoint whose keys mix {LIGHTNING_PREFIX!r}-prefixed and "
+            f"other keys (e.g. {other!r}); it was not written by asrflow's AsrModule"
+        )
+    return {k[len(LIGHTNING_PREFIX) :]: v for k, v in state.items()}
+
+
+def load_state_dict(path: Pathlike) -> dict[str, torch.Tensor]:
+    """The ESPnet model's state dict in a ``.pth`` or Lightning ``.ckpt`` (``weights_only``).
+
+    A Lightning checkpoint's ``state_dict`` loses the ``model.`` prefix of ``AsrModule``; an
+    ESPnet training ``checkpoint.pth`` contributes its ``model`` entry.
+    """
+    import torch
+
+    path = Path(path)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        why = re.search(r"Unsupported global: GLOBAL \S+", str(exc))
+        raise AsrflowError(
+            f"{path}: refused to load: it holds more than tensors and plain containers "
+            f"({why.group(0) if why else str(exc).splitlines()[0]}), and asrflow loads weights "
+            "with torch.load(weights_only=True) only; re-save the model's state_dict() alone, "
+            "or start from a package made by asrflow or ESPnet"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise AsrflowError(f"{path}: not a readable torch weights file: {exc}") from None
+    if not isinstance(obj, Mapping):
+        raise AsrflowError(f"{path}: expected a state dict, got a {type(obj).__name__}")
+    if isinstance(obj.get("state_dict"), Mapping):  # Lightning checkpoint
+        state = _strip_lightning_prefix(obj["state_dict"], path)
+    elif isinstance(obj.get("model"), Mapping):  # ESPnet's checkpoint.pth
+        state = dict(obj["model"])
+    else:
+        state = dict(obj)
+    bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise AsrflowError(
+            f"{path}: not a state dict: {bad[0]!r} is a {type(state[bad[0]]).__name__}, "
+            "not a tensor"
+        )
+    if not state:
+        raise AsrflowError(f"{path}: the state dict is empty")
+    return state
+
+
+def read_token_list(config_yaml: Pathlike) -> list[str]:
+    """``token_list`` of an ESPnet config: a list, or a path to a tokens file."""
+    config = yaml.safe_load(Path(config_yaml).read_text(encoding="utf-8")) or {}
+    tokens = config.get("token_list")
+    if isinstance(tokens, str):
+        tokens_path = Path(tokens)
+        if not tokens_path.is_absolute() and not tokens_path.is_file():
+            tokens_path = Path(config_yaml).parent / tokens_path
+        if not tokens_path.is_file():
+            raise AsrflowError(f"{config_yaml}: token_list file {tokens!r} does not exist")
+        tokens = tokens_path.read_text(encoding="utf-8").splitlines()
+    if not isinstance(tokens, list) or not tokens:
+        raise AsrflowError(f"{config_yaml}: no token_list")
+    return [str(t).rstrip("\n") for t in tokens if str(t).strip()]
+
+
+def check_token_list(model_path: Pathlike, tokens_txt: Pathlike) -> None:
+    """The run's ``tokens.txt`` must equal the package's token list (``reuse_tokenizer``)."""
+    config = find_config(model_path)
+    if config is None:
+        raise AsrflowError(
+            f"init.reuse_tokenizer: {str(model_path)!r} has no config.yaml with a token_list to "
+            "compare the run's tokens.txt with"
+        )
+    theirs = read_token_list(config)
+    with open(tokens_txt, encoding="utf-8") as f:
+        ours = [line.rstrip("\n") for line in f if line.strip()]
+    if ours == theirs:
+        return
+    first = next(
+        (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+        min(len(ours), len(theirs)),
+    )
+
+    def at(tokens: list[str]) -> str:
+        return repr(tokens[first]) if first < len(tokens) else "(end)"
+
+    raise AsrflowError(
+        f"init.reuse_tokenizer: the run's token list {tokens_txt} ({len(ours)} tokens) differs "
+        f"from the package's {config} ({len(theirs)} tokens) at entry {first}: {at(ours)} vs "
+        f"{at(theirs)}; train the run with the package's tokenizer, or set reuse_tokenizer: false "
+        "and exclude the output layers (ctc.*, decoder.*)"
+    )
+
+
+# --- applying --------------------------------------------------------------------------------
+
+
+def _matches(key: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+
+
+def _prefixes(keys: Sequence[str]) -> str:
+    """``encoder.*, ctc.*`` for a list of keys (their first components, in order)."""
+    return ", ".join(dict.fromkeys(f"{k.split('.', 1)[0]}.*" for k in keys)) or "none"
+
+
+def select_keys(
+    state: Mapping[str, Any], include: Sequence[str], exclude: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """``(selected, skipped)`` keys of ``state``: matching an include and no exclude pattern."""
+    selected = [k for k in state if _matches(k, include) and not _matches(k, exclude)]
+    chosen = set(selected)
+    return selected, [k for k in state if k not in chosen]
+
+
+def apply_init(
+    model: torch.nn.Module, init_cfg: Mapping[str, Any], *, tokens: Pathlike | None = None
+) -> dict[str, Any]:
+    """Load ``init_cfg``'s weights into ``model`` (in place) and return the record of it.
+
+    ``tokens`` is the run's ``tokens.txt``, needed when ``reuse_tokenizer`` is true. The record:
+    ``model``, ``weights`` (the file), ``weights_sha256``, ``loaded_keys``, ``skipped_keys``
+    (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
+    ``exclude``, ``reuse_tokenizer``.
+    """
+    import torch
+
+    cfg = InitConfig.from_dict(init_cfg)
+    weights = find_weights(cfg.model)
+    if cfg.reuse_tokenizer:
+        if tokens is None:
+            raise AsrflowError("init.reuse_tokenizer is true but no run token list was given")
+        check_token_list(cfg.model, tokens)
+    state = load_state_dict(weights)
+    selected, skipped = select_keys(state, cfg.include, cfg.exclude)
+    for pattern in cfg.include:
+        if not any(fnmatch.fnmatchcase(k, pattern) for k in state):
+            log.warning("init: include pattern %r matches no key of %s", pattern, weights)
+    if not selected:
+        raise AsrflowError(
+            f"init: no key of {weights} is selected by include {list(cfg.include)} and exclude "
+            f"{list(cfg.exclude)}; its keys start with {_prefixes(list(state))}"
+        )
+    target = model.state_dict()
+    for key in selected:
+        if key not in target:
+            raise AsrflowError(
+                f"init: {weights} has {key!r}, which the model lacks (model keys start with "
+                f"{_prefixes(list(target))}); exclude it (e.g. {key.split('.', 1)[0]}.*) or "
+                "check the recipe's model section"
+            )
+        src, dst = state[key], target[key]
+        if tuple(src.shape) != tuple(dst.shape):
+            raise AsrflowError(
+                f"init: shape mismatch for {key!r}: {tuple(src.shape)} in {weights}, "
+                f"{tuple(dst.shape)} in the model; exclude it (a different vocabulary needs "
+                "exclude: [ctc.*, decoder.*]) or match the recipe's sizes"
+            )
+    chosen = {k: state[k] for k in selected}
+    result = model.load_state_dict(chosen, strict=False)
+    if result.unexpected_keys:  # checked above; here for safety
+        raise AsrflowError(f"init: the model did not take {result.unexpected_keys[:5]}")
+    loaded = model.state_dict()
+    for key in selected:
+        got = loaded[key]
+        if not torch.equal(got.detach().cpu(), state[key].to(dtype=got.dtype)):
+            raise AsrflowError(
+                f"init: {key!r} from {weights} did not arrive in the model (loaded tensor differs "
+                "from the file); the weights were not applied"
+            )
+    chosen_keys = set(selected)
+    fresh = [k for k in loaded if k not in chosen_keys]
+    record = {
+        "model": str(cfg.model),
+        "weights": str(weights),
+        "weights_sha256": sha256_file(weights),
+        "loaded_keys": len(selected),
+        "skipped_keys": len(skipped),
+        "fresh_keys": len(fresh),
+        "include": list(cfg.include),
+        "exclude": list(cfg.exclude),
+        "reuse_tokenizer": cfg.reuse_tokenizer,
+    }
+    numel = sum(state[k].numel() for k in selected)
+    log.info(
+        "init from %s (sha256 %s): loaded %d tensors (%.2f M values; %s), skipped %d of the "
+        "file (%s), left %d model tensors fresh (%s)",
+        weights,
+        record["weights_sha256"][:12],
+        len(selected),
+        numel / 1e6,
+        _prefixes(selected),
+        len(skipped),
+        _prefixes(skipped),
+        len(fresh),
+        _prefixes(fresh),
+    )
+    return record

@@ -1,0 +1,319 @@
+"""Export packages and load them with ESPnet's own Speech2Text.
+
+A tiny CTC transformer is really trained, in the module fixture, until greedy CTC transcribes
+its four spoken training utterances; every package must then make ESPnet print the same text.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+
+from asrflow.corpus.espeak import native_sample_rate, resample, synthesize
+from asrflow.errors import AsrflowError
+from asrflow.export.package import (
+    BPE_MODEL,
+    CONFIG,
+    FILES,
+    MANIFEST,
+    MODEL,
+    TOKENS,
+    export_package,
+    load_speech2text,
+    verify_package,
+)
+from asrflow.hashing import sha256_file
+from asrflow.tokenizer import BLANK, UNK, token_list
+from asrflow.train.model import build_model
+from asrflow.train.module import greedy_ctc
+from asrflow.train.tokens import TokenEncoder
+
+TEXTS = ("red", "blue", "red blue", "blue red")
+MAX_STEPS = 300
+
+TINY_MODEL: dict[str, Any] = {
+    "frontend": "default",
+    "frontend_conf": {"n_fft": 512, "win_length": 400, "hop_length": 80, "n_mels": 40},
+    "specaug": None,
+    "normalize": "utterance_mvn",
+    "encoder": "transformer",
+    "encoder_conf": {
+        "output_size": 32,
+        "attention_heads": 2,
+        "linear_units": 64,
+        "num_blocks": 2,
+        "dropout_rate": 0.0,
+        "positional_dropout_rate": 0.0,
+        "attention_dropout_rate": 0.0,
+        "input_layer": "conv2d",
+    },
+    "model_conf": {"ctc_weight": 1.0, "report_cer": False, "report_wer": False},
+}
+"""A ~36 k-parameter CTC-only transformer (5 ms frames, 20 ms after conv2d subsampling)."""
+
+
+@dataclass
+class Trained:
+    model: torch.nn.Module
+    args: Any
+    audio: list[np.ndarray]
+    transcripts: list[str]
+    """The in-memory model's greedy CTC output on ``audio``."""
+    bpe_model: Path
+    tokens: Path
+    lightning_ckpt: Path
+    state_dict: Path
+
+
+def _char_tokenizer(directory: Path) -> tuple[Path, Path]:
+    """A SentencePiece char model over TEXTS, with asrflow's settings, and its token list."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXTS),
+        model_writer=model,
+        model_type="char",
+        vocab_size=1 << 20,
+        pad_id=0,
+        pad_piece=BLANK,
+        unk_id=1,
+        unk_piece=UNK,
+        bos_id=-1,
+        eos_id=-1,
+        normalization_rule_name="identity",
+        num_threads=1,
+        minloglevel=2,
+    )
+    bpe = directory / "bpe.model"
+    bpe.write_bytes(model.getvalue())
+    tokens = directory / "tokens.txt"
+    tokens.write_text("\n".join(token_list(bpe)) + "\n", encoding="utf-8")
+    return bpe, tokens
+
+
+def _batch(audio: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    speech = torch.zeros(len(audio), max(len(a) for a in audio))
+    for i, a in enumerate(audio):
+        speech[i, : len(a)] = torch.from_numpy(a)
+    return speech, torch.tensor([len(a) for a in audio])
+
+
+def _greedy(model: torch.nn.Module, speech, lengths, enc: TokenEncoder) -> list[str]:
+    model.eval()
+    with torch.no_grad():
+        out, out_lens = model.encode(speech, lengths)
+        best = model.ctc.argmax(out)
+    model.train()
+    return [enc.decode(ids) for ids in greedy_ctc(best, out_lens, enc.blank_id)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    d = tmp_path_factory.mktemp("trained")
+    bpe, tokens = _char_tokenizer(d)
+    enc = TokenEncoder(bpe, tokens)
+    torch.manual_seed(0)
+    model, args = build_model(TINY_MODEL, tokens, bpe)
+    rate = native_sample_rate()
+    audio = [
+        (resample(synthesize(t, "en+m3", rate=170), rate, 16000) / 32768).astype(np.float32)
+        for t in TEXTS
+    ]
+    speech, lengths = _batch(audio)
+    ids = [enc.encode(t) for t in TEXTS]
+    text = torch.full((len(ids), max(map(len, ids))), enc.ignore_id, dtype=torch.long)
+    for i, row in enumerate(ids):
+        text[i, : len(row)] = torch.tensor(row)
+    text_lengths = torch.tensor([len(row) for row in ids])
+
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    transcripts: list[str] = []
+    for step in range(1, MAX_STEPS + 1):
+        loss = model(speech, lengths, text.clone(), text_lengths)[0]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 10 == 0:
+            transcripts = _greedy(model, speech, lengths, enc)
+            if transcripts == list(TEXTS):
+                break
+    assert transcripts == list(TEXTS), f"the tiny model did not learn in {MAX_STEPS} steps"
+    model.eval()
+
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    lightning_ckpt = d / "last.ckpt"
+    torch.save(
+        {
+            "epoch": 0,
+            "global_step": step,
+            "state_dict": {f"model.{k}": v for k, v in state.items()},
+            "optimizer_states": [],
+            "asrflow_data": {"epoch": 0, "batches_in_epoch": step},
+        },
+        lightning_ckpt,
+    )
+    plain = d / "weights.pth"
+    torch.save(state, plain)
+    return Trained(model, args, audio, transcripts, bpe, tokens, lightning_ckpt, plain)
+
+
+def _export(trained: Trained, out_dir: Path, source: Path | None = None, **kw: Any) -> dict:
+    kw.setdefault("espnet_args", trained.args)
+    return export_package(
+        state_dict_or_checkpoint=source or trained.lightning_ckpt,
+        bpe_model=trained.bpe_model,
+        tokens_txt=trained.tokens,
+        out_dir=out_dir,
+        artifact="tiny-last",
+        **kw,
+    )
+
+
+def _decode(s2t: Any, audio: list[np.ndarray]) -> list[str]:
+    return [s2t(a)[0][0] for a in audio]
+
+
+def _assert_same_weights(s2t: Any, model: torch.nn.Module) -> None:
+    loaded = s2t.asr_model.state_dict()
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded[k], v), k
+
+
+@pytest.mark.parametrize("source", ["lightning_ckpt", "state_dict"])
+def test_speech2text_transcribes_like_the_trained_model(trained, tmp_path, source):
+    out = tmp_path / "pkg"
+    manifest = _export(trained, out, getattr(trained, source), provenance={"run": "tiny"})
+
+    assert manifest["source"]["format"] == {"lightning_ckpt": "lightning"}.get(source, source)
+    assert manifest["ctc_only"] is True
+    s2t = load_speech2text(out)
+    _assert_same_weights(s2t, trained.model)
+    assert _decode(s2t, trained.audio) == trained.transcripts == list(TEXTS)
+
+
+def test_plain_speech2text_loads_the_package_from_another_directory(
+    trained, tmp_path, monkeypatch
+):
+    from espnet2.bin.asr_inference import Speech2Text
+
+    out = tmp_path / "pkg"
+    _export(trained, out)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    s2t = Speech2Text(out / CONFIG, out / MODEL, ctc_weight=1.0, beam_size=4)
+    assert _decode(s2t, trained.audio) == trained.transcripts
+    # the weights ESPnet reads are the model's own, without Lightning's prefix
+    state = torch.load(out / MODEL, map_location="cpu", weights_only=True)
+    assert list(state) == list(trained.model.state_dict())
+
+
+def test_moved_package_still_decodes(trained, tmp_path):
+    first = tmp_path / "first" / "pkg"
+    _export(trained, first)
+    moved = tmp_path / "second" / "renamed"
+    moved.parent.mkdir()
+    shutil.move(first, moved)
+    assert not first.exists()
+
+    s2t = load_speech2text(moved, beam_size=4)
+    assert _decode(s2t, trained.audio) == trained.transcripts
+
+
+def test_prefixed_state_dict_is_refused(trained, tmp_path):
+    garbage = tmp_path / "prefixed.pth"
+    torch.save({f"model.{k}": v for k, v in trained.model.state_dict().items()}, garbage)
+    out = tmp_path / "pkg"
+
+    with pytest.raises(AsrflowError, match=r"key 'model\.[a-z_.0-9]+'.*prefix"):
+        _export(trained, out, garbage)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["prefixed.pth"]
+
+
+def test_missing_and_misshapen_keys_are_refused(trained, tmp_path):
+    state = dict(trained.model.state_dict())
+    key = "ctc.ctc_lo.weight"
+    missing = tmp_path / "missing.pth"
+    torch.save({k: v for k, v in state.items() if k != "ctc.ctc_lo.bias"}, missing)
+    with pytest.raises(AsrflowError, match=r"lacks.*'ctc\.ctc_lo\.bias'"):
+        _export(trained, tmp_path / "pkg", missing)
+
+    misshapen = tmp_path / "misshapen.pth"
+    torch.save({**state, key: state[key][:-1]}, misshapen)
+    with pytest.raises(AsrflowError, match=r"'ctc\.ctc_lo\.weight' has shape"):
+        _export(trained, tmp_path / "pkg", misshapen)
+
+
+def test_a_token_list_that_does_not_match_is_refused(trained, tmp_path):
+    wrong = tmp_path / "tokens.txt"
+    lines = trained.tokens.read_text(encoding="utf-8").splitlines()
+    wrong.write_text("\n".join([lines[0], lines[1], *reversed(lines[2:-1]), lines[-1]]) + "\n")
+    with pytest.raises(AsrflowError, match="mismatch"):
+        export_package(
+            state_dict_or_checkpoint=trained.lightning_ckpt,
+            espnet_args=trained.args,
+            bpe_model=trained.bpe_model,
+            tokens_txt=wrong,
+            out_dir=tmp_path / "pkg",
+            artifact="x",
+        )
+
+
+def test_manifest_records_every_file(trained, tmp_path):
+    out = tmp_path / "pkg"
+    manifest = _export(trained, out, provenance={"run": "tiny", "criterion": "valid/loss"})
+
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, MANIFEST])
+    assert json.loads((out / MANIFEST).read_text(encoding="utf-8")) == manifest
+    assert manifest["files"] == {name: sha256_file(out / name) for name in FILES}
+    assert manifest["source"] == {
+        "path": str(trained.lightning_ckpt),
+        "sha256": sha256_file(trained.lightning_ckpt),
+        "format": "lightning",
+    }
+    assert manifest["artifact"] == "tiny-last"
+    assert manifest["provenance"] == {"run": "tiny", "criterion": "valid/loss"}
+    assert set(manifest["versions"]) >= {"espnet", "torch"} and manifest["versions"]["espnet"]
+    assert (out / BPE_MODEL).read_bytes() == trained.bpe_model.read_bytes()
+    assert (out / TOKENS).read_bytes() == trained.tokens.read_bytes()
+    verify_package(out)
+
+    (out / TOKENS).write_text("tampered\n", encoding="utf-8")
+    with pytest.raises(AsrflowError, match="tokens.txt"):
+        load_speech2text(out)
+
+
+def test_reexport_leaves_the_package_untouched(trained, tmp_path):
+    out = tmp_path / "pkg"
+    _export(trained, out)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    time.sleep(0.01)
+
+    # the args as the run stores them (espnet_config.json) give the very same package
+    as_json = json.loads(json.dumps(vars(trained.args), default=str))
+    _export(trained, out, espnet_args=as_json)
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    assert after == before
+    assert [p.name for p in tmp_path.iterdir()] == ["pkg"]  # no temporary directories left
+
+
+def test_reexport_from_another_source_replaces_the_package(trained, tmp_path):
+    out = tmp_path / "pkg"
+    _export(trained, out)
+    model_bytes = (out / MODEL).read_bytes()
+    manifest = _export(trained, out, trained.state_dict)
+    assert manifest["source"]["format"] == "state_dict"
+    assert (out / MODEL).read_bytes() == model_bytes  # same weights, same bytes
+    assert json.loads((out / MANIFEST).read_text(encoding="utf-8")) == manifest
+    assert sorted(os.listdir(tmp_path)) == ["pkg"]

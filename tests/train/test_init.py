@@ -1,0 +1,282 @@
+"""Tests for asrflow.train.init: starting a run from existing weights (fine-tuning)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from asrflow.errors import AsrflowError
+from asrflow.train.init import (
+    InitConfig,
+    apply_init,
+    check_token_list,
+    find_weights,
+    load_state_dict,
+    select_keys,
+    tracked_weights,
+)
+from tests.train.tiny_espnet import TINY_CTC_MODEL, TOKENS, build_asr_model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Two tiny ESPnet models with different random weights, and a wider third one."""
+    d = tmp_path_factory.mktemp("models")
+    torch.manual_seed(1)
+    source = build_asr_model(TINY_CTC_MODEL, d / "a")
+    torch.manual_seed(2)
+    target = build_asr_model(TINY_CTC_MODEL, d / "b")
+    wide = {**TINY_CTC_MODEL, "encoder_conf": {**TINY_CTC_MODEL["encoder_conf"], "output_size": 8}}
+    torch.manual_seed(3)
+    other = build_asr_model(wide, d / "c")
+    return source, target, other
+
+
+@pytest.fixture()
+def fresh(models):
+    """A copy of the target model (tests change it in place)."""
+    import copy
+
+    return copy.deepcopy(models[1])
+
+
+@pytest.fixture()
+def source_pth(models, tmp_path) -> Path:
+    path = tmp_path / "src" / "model.pth"
+    path.parent.mkdir()
+    torch.save(models[0].state_dict(), path)
+    return path
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.detach().cpu(), b.detach().cpu())
+
+
+def test_a_saved_state_dict_loads_into_another_model(models, fresh, source_pth):
+    source = models[0].state_dict()
+    assert not all(_equal(fresh.state_dict()[k], v) for k, v in source.items())
+    record = apply_init(fresh, {"model": str(source_pth)})
+    after = fresh.state_dict()
+    assert all(_equal(after[k], v) for k, v in source.items())
+    assert record["loaded_keys"] == len(source)
+    assert record["skipped_keys"] == 0
+    assert record["include"] == ["*"] and record["exclude"] == []
+
+
+def test_the_record_has_the_sha256_of_the_weights_file(fresh, source_pth, caplog):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.init"):
+        record = apply_init(fresh, {"model": str(source_pth.parent)})
+    assert record["weights_sha256"] == hashlib.sha256(source_pth.read_bytes()).hexdigest()
+    assert record["model"] == str(source_pth.parent)
+    assert record["weights"] == str(source_pth)
+    assert "loaded" in caplog.text and record["weights_sha256"][:12] in caplog.text
+
+
+def test_include_exclude_keep_the_encoder_and_reinitialise_ctc(models, fresh, source_pth):
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    record = apply_init(
+        fresh,
+        {"model": str(source_pth), "include": ["encoder.*", "frontend.*"], "exclude": ["ctc.*"]},
+    )
+    source, after = models[0].state_dict(), fresh.state_dict()
+    encoder = [k for k in source if k.startswith("encoder.")]
+    ctc = [k for k in source if k.startswith("ctc.")]
+    assert encoder and ctc
+    assert all(_equal(after[k], source[k]) for k in encoder)
+    assert all(_equal(after[k], before[k]) for k in ctc)
+    assert not any(_equal(after[k], source[k]) for k in ctc if source[k].numel() > 1)
+    assert record["loaded_keys"] == len(select_keys(source, ["encoder.*", "frontend.*"], [])[0])
+    assert record["skipped_keys"] == len(source) - record["loaded_keys"]
+    assert record["fresh_keys"] >= len(ctc)
+
+
+def test_shape_mismatch_names_the_key_and_both_shapes(models, fresh, tmp_path):
+    path = tmp_path / "wide.pth"
+    torch.save(models[2].state_dict(), path)
+    with pytest.raises(AsrflowError, match=r"shape mismatch for 'encoder\.[^']+': \(") as err:
+        apply_init(fresh, {"model": str(path)})
+    assert str(path) in str(err.value)
+
+
+def test_a_key_the_model_lacks_is_an_error_unless_excluded(models, fresh, tmp_path):
+    state = {**models[0].state_dict(), "decoder.embed.0.weight": torch.zeros(3, 3)}
+    path = tmp_path / "extra.pth"
+    torch.save(state, path)
+    with pytest.raises(AsrflowError, match=r"'decoder\.embed\.0\.weight', which the model lacks"):
+        apply_init(fresh, {"model": str(path)})
+    record = apply_init(fresh, {"model": str(path), "exclude": ["decoder.*"]})
+    assert record["skipped_keys"] == 1
+
+
+def test_a_load_that_changes_nothing_is_caught(fresh, source_pth, monkeypatch):
+    """The guard against ESPnet-style silent no-ops: loaded tensors are compared with the file."""
+    from torch.nn.modules.module import _IncompatibleKeys
+
+    monkeypatch.setattr(fresh, "load_state_dict", lambda *a, **k: _IncompatibleKeys([], []))
+    with pytest.raises(AsrflowError, match="did not arrive in the model"):
+        apply_init(fresh, {"model": str(source_pth)})
+
+
+def test_nothing_selected_is_an_error(fresh, source_pth):
+    with pytest.raises(AsrflowError, match="no key"):
+        apply_init(fresh, {"model": str(source_pth), "include": ["encoders.*"]})
+
+
+def test_a_lightning_checkpoint_loses_the_model_prefix(models, fresh, tmp_path):
+    source = models[0].state_dict()
+    ckpt = {
+        "state_dict": {f"model.{k}": v for k, v in source.items()},
+        "global_step": 7,
+        "asrflow_data": {"epoch": 0, "batches_in_epoch": 3},
+    }
+    path = tmp_path / "last.ckpt"
+    torch.save(ckpt, path)
+    state = load_state_dict(path)
+    assert set(state) == set(source)
+    apply_init(fresh, {"model": str(path)})
+    assert all(_equal(fresh.state_dict()[k], v) for k, v in source.items())
+
+
+def test_mixed_prefixes_in_a_lightning_checkpoint_are_refused(models, tmp_path):
+    path = tmp_path / "odd.ckpt"
+    torch.save({"state_dict": {"model.a": torch.zeros(1), "b": torch.zeros(1)}}, path)
+    with pytest.raises(AsrflowError, match="mix"):
+        load_state_dict(path)
+
+
+class Payload:
+    """An arbitrary object: unpickling it would run code a weights file must not carry."""
+
+
+def test_loading_is_weights_only(tmp_path):
+    path = tmp_path / "evil.pth"
+    torch.save({"encoder.w": torch.zeros(2), "x": Payload()}, path)
+    with pytest.raises(AsrflowError, match=r"weights_only=True") as err:
+        load_state_dict(path)
+    assert "Payload" in str(err.value)
+
+
+def test_a_non_tensor_value_is_not_a_state_dict(tmp_path):
+    path = tmp_path / "meta.pth"
+    torch.save({"encoder.w": torch.zeros(2), "epoch": 3}, path)
+    with pytest.raises(AsrflowError, match="'epoch' is a int"):
+        load_state_dict(path)
+
+
+def _touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"w")
+    return path
+
+
+def test_find_weights_in_package_and_espnet_directories(tmp_path):
+    # a plain file is itself
+    f = _touch(tmp_path / "x" / "anything.pth")
+    assert find_weights(f) == f
+    # an exported package: config.yaml + model.pth
+    pkg = tmp_path / "pkg"
+    _touch(pkg / "config.yaml")
+    model = _touch(pkg / "model.pth")
+    assert find_weights(pkg) == model
+    # an ESPnet experiment dir: valid.acc.ave.pth links to the 10-best average
+    exp = tmp_path / "exp"
+    best = _touch(exp / "valid.acc.ave_10best.pth")
+    (exp / "valid.acc.ave.pth").symlink_to(best.name)
+    _touch(exp / "checkpoint.pth")
+    _touch(exp / "3epoch.pth")
+    assert find_weights(exp) == exp / "valid.acc.ave.pth"
+    # ESPnet's meta.yaml (espnet_model_zoo / pack) wins over file-name guesses
+    zoo = tmp_path / "zoo"
+    weights = _touch(zoo / "exp" / "asr_train" / "valid.acc.ave_10best.pth")
+    _touch(zoo / "model.pth")
+    (zoo / "meta.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "files": {"asr_model_file": "exp/asr_train/valid.acc.ave_10best.pth"},
+                "yaml_files": {"asr_train_config": "exp/asr_train/config.yaml"},
+            }
+        )
+    )
+    assert find_weights(zoo) == weights
+    # a lone .pth of any name
+    assert find_weights(f.parent) == f
+
+
+def test_find_weights_ambiguity_lists_the_candidates(tmp_path):
+    _touch(tmp_path / "valid.acc.ave_10best.pth")
+    _touch(tmp_path / "valid.loss.ave_5best.pth")
+    with pytest.raises(
+        AsrflowError, match=r"valid\.acc\.ave_10best\.pth, valid\.loss\.ave_5best\.pth"
+    ):
+        find_weights(tmp_path)
+
+
+def test_find_weights_says_what_is_missing(tmp_path):
+    with pytest.raises(AsrflowError, match="does not exist"):
+        find_weights(tmp_path / "nope")
+    _touch(tmp_path / "config.yaml")
+    with pytest.raises(AsrflowError, match=r"no weights file found.*config\.yaml"):
+        find_weights(tmp_path)
+    (tmp_path / "meta.yaml").write_text("files: {asr_model_file: gone.pth}\n")
+    with pytest.raises(AsrflowError, match=r"gone\.pth"):
+        find_weights(tmp_path)
+
+
+def test_tracked_weights_resolves_existing_and_passes_future_paths(tmp_path):
+    w = _touch(tmp_path / "pkg" / "model.pth")
+    assert tracked_weights(tmp_path / "pkg") == str(w)
+    assert tracked_weights("results/runs/base/model.pth") == "results/runs/base/model.pth"
+
+
+def _package(tmp_path: Path, models, token_list) -> Path:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    torch.save(models[0].state_dict(), pkg / "model.pth")
+    (pkg / "config.yaml").write_text(yaml.safe_dump({"token_list": token_list}))
+    return pkg
+
+
+def test_reuse_tokenizer_checks_the_token_list(models, fresh, tmp_path):
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("\n".join(TOKENS) + "\n", encoding="utf-8")
+    pkg = _package(tmp_path, models, list(TOKENS))
+    record = apply_init(fresh, {"model": str(pkg), "reuse_tokenizer": True}, tokens=tokens)
+    assert record["reuse_tokenizer"] is True
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join([*TOKENS[:5], "zz", *TOKENS[6:]]) + "\n", encoding="utf-8")
+    with pytest.raises(AsrflowError, match=r"at entry 5: 'zz' vs 'd'"):
+        check_token_list(pkg, other)
+    with pytest.raises(AsrflowError, match="no run token list"):
+        apply_init(fresh, {"model": str(pkg), "reuse_tokenizer": True})
+
+
+def test_reuse_tokenizer_without_a_config_is_an_error(fresh, source_pth, tmp_path):
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("a\n", encoding="utf-8")
+    with pytest.raises(AsrflowError, match=r"no config\.yaml"):
+        apply_init(fresh, {"model": str(source_pth), "reuse_tokenizer": True}, tokens=tokens)
+
+
+def test_init_config_defaults_and_unknown_keys():
+    cfg = InitConfig.from_dict({"model": "m.pth"})
+    assert cfg.include == ("*",) and cfg.exclude == () and cfg.reuse_tokenizer is False
+    with pytest.raises(AsrflowError, match="unknown key"):
+        InitConfig.from_dict({"model": "m.pth", "inclde": ["x"]})
+    with pytest.raises(AsrflowError, match="'model' is required"):
+        InitConfig.from_dict({"include": ["x"]})
+
+
+def test_schema_defaults_match_the_code():
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "config" / "config.schema.yaml").read_text()
+    )
+    props = schema["$defs"]["run"]["properties"]["init"]["properties"]
+    cfg = InitConfig(model="m")
+    assert props["include"]["default"] == list(cfg.include)
+    assert props["exclude"]["default"] == list(cfg.exclude)
+    assert props["reuse_tokenizer"]["default"] == cfg.reuse_tokenizer
