@@ -201,9 +201,7 @@ def test_speech2text_transcribes_like_the_trained_model(trained, tmp_path, sourc
     assert _decode(s2t, trained.audio) == trained.transcripts == list(TEXTS)
 
 
-def test_plain_speech2text_loads_the_package_from_another_directory(
-    trained, tmp_path, monkeypatch
-):
+def test_plain_speech2text_loads_the_package_from_another_directory(trained, tmp_path, monkeypatch):
     from espnet2.bin.asr_inference import Speech2Text
 
     out = tmp_path / "pkg"
@@ -290,7 +288,7 @@ def test_manifest_records_every_file(trained, tmp_path):
     verify_package(out)
 
     (out / TOKENS).write_text("tampered\n", encoding="utf-8")
-    with pytest.raises(AsrflowError, match="tokens.txt"):
+    with pytest.raises(AsrflowError, match=r"tokens\.txt"):
         load_speech2text(out)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -234,11 +235,30 @@ def test_tracked_weights_resolves_existing_and_passes_future_paths(tmp_path):
 
 
 def _package(tmp_path: Path, models, token_list) -> Path:
+    """An asrflow package as asrflow.export.package lays it out (package.json with digests)."""
+    from asrflow.export.package import CONFIG, MANIFEST, MODEL, TOKENS
+
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    torch.save(models[0].state_dict(), pkg / "model.pth")
-    (pkg / "config.yaml").write_text(yaml.safe_dump({"token_list": token_list}))
+    torch.save(models[0].state_dict(), pkg / MODEL)
+    (pkg / CONFIG).write_text(yaml.safe_dump({"token_list": token_list}))
+    (pkg / TOKENS).write_text("\n".join(token_list) + "\n")
+    files = {n: hashlib.sha256((pkg / n).read_bytes()).hexdigest() for n in (CONFIG, MODEL, TOKENS)}
+    (pkg / MANIFEST).write_text(json.dumps({"schema": "asrflow.package/1", "files": files}))
     return pkg
+
+
+def test_an_asrflow_package_is_found_and_its_digest_checked(models, fresh, tmp_path):
+    pkg = _package(tmp_path, models, list(TOKENS))
+    assert find_weights(pkg) == pkg / "model.pth"
+    record = apply_init(fresh, {"model": str(pkg)})
+    assert (
+        record["weights_sha256"]
+        == json.loads((pkg / "package.json").read_text())["files"]["model.pth"]
+    )
+    torch.save(models[1].state_dict(), pkg / "model.pth")
+    with pytest.raises(AsrflowError, match=r"SHA-256 differs.*package\.json"):
+        apply_init(fresh, {"model": str(pkg)})
 
 
 def test_reuse_tokenizer_checks_the_token_list(models, fresh, tmp_path):

@@ -214,7 +214,8 @@ def build_espnet_model(config: Mapping[str, Any]) -> torch.nn.Module:
 
     args = argparse.Namespace(**copy.deepcopy(dict(config)))
     try:
-        return ASRTask.build_model(args)
+        with torch.random.fork_rng(devices=[]):  # initialisation draws leave the caller's RNG
+            return ASRTask.build_model(args)
     except AttributeError as exc:
         name = getattr(exc, "name", None)
         if getattr(exc, "obj", None) is args and name:
@@ -400,10 +401,12 @@ def load_speech2text(
 
     ``ctc_weight`` defaults to 1.0 for CTC-only models (ESPnet's default of 0.5 gives garbage
     there: half the score goes to a decoder that does not exist) and to ESPnet's 0.5 otherwise.
-    ``beam_size`` is capped at the vocabulary size (a wider beam makes ESPnet's first search
-    step fail). ``bpemodel`` defaults to the package's own ``bpe.model`` (see the module docstring); other
-    ``kwargs`` go to ``Speech2Text`` as they are. With ``verify``, the files are checked against
-    ``package.json`` first.
+    ``beam_size`` is capped at the number of tokens other than ``<blank>``: with tiny
+    vocabularies a wider beam makes ESPnet fail (wider than the vocabulary) or return empty
+    transcripts (exactly as wide, measured with espnet 202611). ``bpemodel`` defaults to the
+    package's own ``bpe.model`` (see the module docstring); other ``kwargs`` go to
+    ``Speech2Text`` as they are. With ``verify``, the files are checked against ``package.json``
+    first.
 
     Example::
 
@@ -425,11 +428,13 @@ def load_speech2text(
         raise AsrflowError(
             f"{package}: a CTC-only model decodes with ctc_weight=1.0, not {ctc_weight}"
         )
-    # the first search step ranks one hypothesis' tokens: ESPnet fails if the beam is wider
-    vocab = len(config.get("token_list") or ())
-    if vocab and beam_size > vocab:
-        log.info("beam_size %d capped at the vocabulary size, %d", beam_size, vocab)
-        beam_size = vocab
+    # ESPnet's first search step ranks the tokens of one hypothesis: a beam wider than the
+    # vocabulary fails there, and one that takes in the blank (scored -1e10 by the CTC prefix
+    # scorer) returns empty transcripts. Keep it to the tokens other than the blank.
+    widest = len(config.get("token_list") or ()) - 1
+    if widest > 0 and beam_size > widest:
+        log.info("beam_size %d capped at %d, the tokens other than <blank>", beam_size, widest)
+        beam_size = widest
     kwargs.setdefault("bpemodel", str(package / BPE_MODEL))
     return Speech2Text(
         asr_train_config=config_file,

@@ -1,9 +1,10 @@
 """Starting a run from existing weights (fine-tuning): ``runs.<run>.init``.
 
 The source is an exported model package (a directory with ``config.yaml`` and a ``.pth`` file, as
-ESPnet's ``Speech2Text`` loads them; an unpacked ESPnet model-zoo package names its weights in
-``meta.yaml``), an ESPnet experiment directory (``exp/asr_*/``), a plain state-dict ``.pth`` or a
-Lightning checkpoint of an earlier asrflow run. Parameter keys are chosen with fnmatch patterns::
+ESPnet's ``Speech2Text`` loads them; asrflow's ``package.json`` records the weights' SHA-256, which
+is checked, and an unpacked ESPnet model-zoo package names its weights in ``meta.yaml``), an ESPnet
+experiment directory (``exp/asr_*/``), a plain state-dict ``.pth`` or a Lightning checkpoint of an
+earlier asrflow run. Parameter keys are chosen with fnmatch patterns::
 
     init:
       model: exp/asr_base/
@@ -42,9 +43,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MANIFESTS = ("meta.yaml", "meta.yml", "manifest.json")
-"""Package manifests that name the weights file (``files.asr_model_file`` or ``asr_model_file``,
-relative to the package directory); ``meta.yaml`` is what ESPnet's ``pack`` writes."""
+PACKAGE_MANIFEST = "package.json"
+"""asrflow's exported package (:mod:`asrflow.export.package`): ``files`` maps each file name to
+its SHA-256; the one ``.pth`` among them is the weights, checked against its digest."""
+MANIFESTS = ("meta.yaml", "meta.yml")
+"""ESPnet's ``pack`` manifest: ``files.asr_model_file`` and ``yaml_files.asr_train_config``,
+relative to the package directory."""
 MANIFEST_WEIGHTS_KEY = "asr_model_file"
 MANIFEST_CONFIG_KEY = "asr_train_config"
 WEIGHTS_PATTERNS = ("model.pth", "valid.acc.ave.pth", "*.ave*.pth", "valid.*best*.pth", "*.pth")
@@ -99,8 +103,23 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return data
 
 
+def _package_weights(directory: Path) -> tuple[Path, Path, str] | None:
+    """``(package.json, weights, recorded sha256)`` of an asrflow package, else None."""
+    manifest = directory / PACKAGE_MANIFEST
+    if not manifest.is_file():
+        return None
+    files = _read_manifest(manifest).get("files")
+    pths = sorted(n for n in files or {} if isinstance(n, str) and n.endswith(".pth"))
+    if not isinstance(files, Mapping) or len(pths) != 1:
+        raise AsrflowError(
+            f"{manifest}: expected 'files' to list exactly one .pth weights file, found "
+            f"{pths or 'none'}; re-export the package"
+        )
+    return manifest, directory / pths[0], str(files[pths[0]])
+
+
 def _manifest_entry(directory: Path, key: str) -> tuple[Path, Path] | None:
-    """``(manifest, file)`` for ``key`` (under ``files``/``yaml_files`` or top level)."""
+    """``(meta.yaml, file)`` for ``key`` of an ESPnet package (under ``files``/``yaml_files``)."""
     for name in MANIFESTS:
         manifest = directory / name
         if not manifest.is_file():
@@ -124,8 +143,9 @@ def _unique_files(paths: Sequence[Path]) -> list[Path]:
 def find_weights(model_path: Pathlike) -> Path:
     """The weights file of a package or model directory, or ``model_path`` itself if a file.
 
-    In a directory: the file its manifest names (``meta.yaml``: ``files.asr_model_file``), else
-    the first of :data:`WEIGHTS_PATTERNS` that matches exactly one file. Example::
+    In a directory: the file its manifest names (asrflow's ``package.json``: its one ``.pth``;
+    ESPnet's ``meta.yaml``: ``files.asr_model_file``), else the first of
+    :data:`WEIGHTS_PATTERNS` that matches exactly one file. Example::
 
         find_weights("exp/asr_conformer")  # -> exp/asr_conformer/valid.acc.ave.pth
     """
@@ -137,9 +157,9 @@ def find_weights(model_path: Pathlike) -> Path:
             f"init.model {str(path)!r} does not exist; give an exported package directory, an "
             "ESPnet model directory or a .pth/.ckpt file"
         )
-    entry = _manifest_entry(path, MANIFEST_WEIGHTS_KEY)
+    entry = _package_weights(path) or _manifest_entry(path, MANIFEST_WEIGHTS_KEY)
     if entry is not None:
-        manifest, weights = entry
+        manifest, weights = entry[:2]
         if not weights.is_file():
             raise AsrflowError(f"{manifest} names weights {str(weights)!r}, which do not exist")
         return weights
@@ -157,7 +177,8 @@ def find_weights(model_path: Pathlike) -> Path:
     listing = ", ".join(present[:20]) + (" ..." if len(present) > 20 else "") or "nothing"
     raise AsrflowError(
         f"init.model {str(path)!r}: no weights file found (looked for a manifest "
-        f"{'/'.join(MANIFESTS)} and {', '.join(WEIGHTS_PATTERNS)}); the directory holds: {listing}"
+        f"{'/'.join((PACKAGE_MANIFEST, *MANIFESTS))} and {', '.join(WEIGHTS_PATTERNS)}); "
+        f"the directory holds: {listing}"
     )
 
 
@@ -321,6 +342,13 @@ def apply_init(
         if tokens is None:
             raise AsrflowError("init.reuse_tokenizer is true but no run token list was given")
         check_token_list(cfg.model, tokens)
+    digest = sha256_file(weights)
+    package = _package_weights(Path(cfg.model)) if Path(cfg.model).is_dir() else None
+    if package is not None and package[2] != digest:
+        raise AsrflowError(
+            f"{weights}: its SHA-256 differs from the one in {package[0]}; the package was "
+            "modified after export, re-export it"
+        )
     state = load_state_dict(weights)
     selected, skipped = select_keys(state, cfg.include, cfg.exclude)
     for pattern in cfg.include:
@@ -363,7 +391,7 @@ def apply_init(
     record = {
         "model": str(cfg.model),
         "weights": str(weights),
-        "weights_sha256": sha256_file(weights),
+        "weights_sha256": digest,
         "loaded_keys": len(selected),
         "skipped_keys": len(skipped),
         "fresh_keys": len(fresh),
