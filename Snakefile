@@ -14,6 +14,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/tokenizer.smk"
 include: "rules/train.smk"
+include: "rules/select.smk"
 
 
 rule all:

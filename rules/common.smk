@@ -3,6 +3,7 @@
 from snakemake.utils import validate
 
 from asrflow import layout
+from asrflow.train.init import tracked_weights
 from asrflow.workflow import share_package_with_jobs
 
 share_package_with_jobs(f"{workflow.basedir}/src")
@@ -15,6 +16,9 @@ wildcard_constraints:
     corpus=r"[A-Za-z0-9_\-]+",
     split=r"[A-Za-z0-9_]+",
     tokenizer=r"[A-Za-z0-9_\-]+",
+    run=r"[A-Za-z0-9_\-]+",
+    artifact=r"[A-Za-z0-9_.\-]+",
+    average=r"[A-Za-z0-9_.\-]+\.ave_[0-9]+best",
 
 
 def source_manifest(wildcards):
@@ -112,3 +116,30 @@ def run_gpus(wildcards):
 
 def run_cpus_per_gpu(wildcards):
     return layout.run(config, wildcards.run)["resources"]["cpus_per_device"]
+
+
+def run_init_weights(wildcards):
+    """The weights file a run starts from (runs.<run>.init.model), if it has one."""
+    init = layout.run(config, wildcards.run).get("init")
+    return {"init_weights": tracked_weights(init["model"])} if init else {}
+
+
+def average_criterion(wildcards):
+    """(monitor, k) of the average being made, from the run's recipe."""
+    return layout.average_criterion(config, wildcards.run, wildcards.average)
+
+
+def export_inputs(wildcards):
+    """What an artifact is exported from: the trained run, its tokenizer, and for an
+    average the averaged weights."""
+    run = wildcards.run
+    tokenizer = layout.run(config, run)["tokenizer"]
+    inputs = {
+        "summary": layout.run_file(run, "train", "summary.json"),
+        "artifacts": layout.run_file(run, "train", "artifacts"),
+        "bpe_model": layout.tokenizer_file(tokenizer, "bpe.model"),
+        "tokens": layout.tokenizer_file(tokenizer, "tokens.txt"),
+    }
+    if ".ave_" in wildcards.artifact:
+        inputs["averaged"] = layout.average_file(run, wildcards.artifact)
+    return inputs

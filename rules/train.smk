@@ -14,13 +14,13 @@ rule audit_batches:
             category="Training",
         ),
         record=layout.prov(layout.run_file("{run}", "audit", "batches.json")),
+    log:
+        layout.log("audit_batches", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
     params:
         overrides=run_overrides,
         normalization=config["text_normalization"],
-    conda:
-        "../envs/asrflow.yaml"
-    log:
-        layout.log("audit_batches", "{run}"),
     script:
         "../scripts/audit_batches.py"
 
@@ -28,20 +28,22 @@ rule audit_batches:
 rule smoke_train:
     input:
         unpack(run_train_inputs),
+        unpack(run_init_weights),
         recipe=run_recipe_file,
     output:
         summary=layout.run_file("{run}", "smoke", "summary.json"),
         record=layout.prov(layout.run_file("{run}", "smoke", "summary.json")),
+    log:
+        layout.log("smoke_train", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    threads: 2
     params:
         overrides=smoke_overrides,
         smoke=config["smoke"],
+        init=lookup(dpath="runs/{run}/init", within=config, default=None),
         normalization=config["text_normalization"],
         work=layout.run_file("{run}", "smoke", "work"),
-    threads: 2
-    conda:
-        "../envs/asrflow.yaml"
-    log:
-        layout.log("smoke_train", "{run}"),
     script:
         "../scripts/smoke_train.py"
 
@@ -49,6 +51,7 @@ rule smoke_train:
 rule train:
     input:
         unpack(run_train_inputs),
+        unpack(run_init_weights),
         recipe=run_recipe_file,
         smoke=layout.run_file("{run}", "smoke", "summary.json"),
         audit=layout.run_file("{run}", "audit", "batches.json"),
@@ -56,11 +59,12 @@ rule train:
         run=directory(layout.run_file("{run}", "train", "artifacts")),
         summary=layout.run_file("{run}", "train", "summary.json"),
         record=layout.prov(layout.run_file("{run}", "train", "summary.json")),
-    params:
-        overrides=run_overrides,
-        weights=lookup(dpath="runs/{run}/weights", within=config),
-        normalization=config["text_normalization"],
-        work=layout.work_dir("{run}"),
+    log:
+        layout.log("train", "{run}"),
+    benchmark:
+        layout.benchmark("train", "{run}")
+    conda:
+        "../envs/asrflow.yaml"
     threads: run_threads
     resources:
         gpu=run_gpus,
@@ -68,11 +72,11 @@ rule train:
         mem_mb=lookup(dpath="runs/{run}/resources/mem_mb", within=config),
         runtime=lookup(dpath="runs/{run}/resources/runtime", within=config),
         nodes=lookup(dpath="runs/{run}/resources/nodes", within=config),
-    conda:
-        "../envs/asrflow.yaml"
-    log:
-        layout.log("train", "{run}"),
-    benchmark:
-        layout.benchmark("train", "{run}")
+    params:
+        overrides=run_overrides,
+        weights=lookup(dpath="runs/{run}/weights", within=config),
+        init=lookup(dpath="runs/{run}/init", within=config, default=None),
+        normalization=config["text_normalization"],
+        work=layout.work_dir("{run}"),
     script:
         "../scripts/train.py"

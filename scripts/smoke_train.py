@@ -11,5 +11,6 @@ with step(snakemake):
         overrides=snakemake.params.overrides,
         max_train_cuts=snakemake.params.smoke["max_train_cuts"],
         max_dev_cuts=snakemake.params.smoke["max_dev_cuts"],
+        init=snakemake.params.init,
     )
     smoke_run(spec, snakemake.params.work, snakemake.output.summary)

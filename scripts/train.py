@@ -13,5 +13,6 @@ with step(snakemake):
         normalization=snakemake.params.normalization,
         overrides=snakemake.params.overrides,
         weights=snakemake.params.weights,
+        init=snakemake.params.init,
     )
     train_run(spec, snakemake.params.work, snakemake.output.run, snakemake.output.summary)

@@ -146,6 +146,31 @@ def test_training_dag_writes_summary_checkpoints_and_diagnostics(trained):
         assert path.with_name(path.name + ".prov.json").is_file()
 
 
+def test_every_artifact_is_exported_as_a_package_espnet_loads(trained):
+    from asrflow.export.package import load_speech2text, verify_package
+
+    export = trained / "results/runs/tiny_ctc/export"
+    assert sorted(p.name for p in export.iterdir() if p.is_dir()) == [
+        "last",
+        "valid.loss.ave_2best",
+        "valid.loss.best",
+        "valid.wer.best",
+    ]
+    average = trained / "results/runs/tiny_ctc/average/valid.loss.ave_2best.pth"
+    assert average.is_file() and average.with_name(average.name + ".prov.json").is_file()
+    for package in export.iterdir():
+        if package.is_dir():
+            verify_package(package)
+    import soundfile
+
+    manifest = trained / "results/corpora/tiny/dev.jsonl"
+    row = json.loads(manifest.read_text().splitlines()[0])
+    audio, _ = soundfile.read(manifest.parent / row["audio_filepath"], dtype="float32")
+    speech2text = load_speech2text(export / "valid.loss.ave_2best")
+    text, *_ = speech2text(audio)[0]
+    assert isinstance(text, str)
+
+
 def test_killed_train_job_resumes_from_its_last_checkpoint(trained):
     recipe = json.loads(json.dumps(TINY_RECIPE))
     recipe["trainer"].update(max_steps=48, val_check_interval=4)

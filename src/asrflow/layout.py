@@ -102,6 +102,16 @@ def run_file(run: str, *parts: str) -> str:
     return "/".join([run_dir(run), *parts])
 
 
+def average_file(run: str, average: str) -> str:
+    """Averaged weights of a run: ``results/runs/<run>/average/<monitor>.ave_<k>best.pth``."""
+    return run_file(run, "average", f"{average}.pth")
+
+
+def export_dir(run: str, artifact: str) -> str:
+    """An exported model package: ``results/runs/<run>/export/<artifact>/``."""
+    return run_file(run, "export", artifact)
+
+
 def work_dir(run: str) -> str:
     """A run's working directory: kept across failed or killed jobs (not a declared output)."""
     return f"{RESULTS}/work/{run}"
@@ -258,4 +268,29 @@ def all_targets(config: Config) -> list[str]:
         targets.append(tokenizer_file(name, "tokens.txt"))
     for name in config.get("runs", {}):
         targets.append(run_file(name, "train", "summary.json"))
+        targets += [export_dir(name, a) for a in run_artifacts(config, name)]
     return targets
+
+
+def run_recipe(config: Config, name: str):
+    """A run's recipe with its overrides (read when the DAG is built)."""
+    from asrflow.train.recipe import load_recipe
+
+    return load_recipe(recipe_file(run(config, name)["recipe"]), train_overrides(config, name))
+
+
+def run_artifacts(config: Config, name: str) -> list[str]:
+    """The artifacts a run exports (see :mod:`asrflow.select.stages`)."""
+    from asrflow.select.stages import artifact_names
+
+    return artifact_names(run_recipe(config, name).criteria)
+
+
+def average_criterion(config: Config, name: str, average: str) -> tuple[str, int]:
+    """(monitor, k) of an average artifact name such as ``valid.loss.ave_3best``."""
+    from asrflow.select.average import average_name
+
+    for c in run_recipe(config, name).criteria:
+        if average_name(c.monitor, c.top_k) == average:
+            return c.monitor, c.top_k
+    raise AsrflowError(f"run {name!r} has no criterion whose average is called {average!r}")

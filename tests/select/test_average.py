@@ -7,15 +7,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.select.average import (
     RULE,
     average_checkpoints,
     average_name,
     average_state_dicts,
-    load_model_state,
     topk_checkpoints,
 )
+from tests.test_checkpoints import lightning_checkpoint
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -36,21 +37,6 @@ def assert_same(a, b):
         assert a[key].dtype == b[key].dtype, key
         assert a[key].shape == b[key].shape, key
         assert torch.equal(a[key], b[key]), key
-
-
-def lightning_checkpoint(state, step=1200):
-    """What Lightning writes for AsrModule: the ESPnet model under ``model.``, plus loop state."""
-    return {
-        "epoch": 0,
-        "global_step": step,
-        "pytorch-lightning_version": "2.6.6",
-        "state_dict": {f"model.{k}": v for k, v in state.items()},
-        "loops": {"fit_loop": {"state_dict": {}}},
-        "callbacks": {"ModelCheckpoint{'monitor': 'valid/loss'}": {"best_model_score": 1.0}},
-        "optimizer_states": [{"state": {0: {"exp_avg": torch.zeros(2)}}, "param_groups": []}],
-        "lr_schedulers": [],
-        "asrflow_data": {"epoch": 0, "batches_in_epoch": 3},
-    }
 
 
 # --- hypothesis strategies -------------------------------------------------------------------
@@ -221,61 +207,6 @@ def test_dtype_mismatch_names_key_dtypes_and_files():
 def test_nothing_to_average_is_an_error():
     with pytest.raises(AsrflowError):
         average_state_dicts([], [])
-
-
-# --- loading ---------------------------------------------------------------------------------
-
-
-def test_lightning_prefix_is_stripped(tmp_path):
-    state = {"encoder.w": torch.ones(2), "bn.num_batches_tracked": torch.tensor(5)}
-    path = tmp_path / "valid.loss.step0001200.ckpt"
-    torch.save(lightning_checkpoint(state), path)
-    assert_same(load_model_state(path), state)
-
-
-def test_plain_state_dict_is_returned_as_is(tmp_path):
-    state = {"encoder.w": torch.ones(2), "model.inner": torch.zeros(1)}
-    torch.save(state, tmp_path / "x.pth")
-    assert_same(load_model_state(tmp_path / "x.pth"), state)
-
-
-def test_lightning_key_without_prefix_is_an_error(tmp_path):
-    ckpt = lightning_checkpoint({"encoder.w": torch.ones(2)})
-    ckpt["state_dict"]["ema.w"] = torch.ones(2)
-    torch.save(ckpt, tmp_path / "a.ckpt")
-    with pytest.raises(AsrflowError, match=r"a\.ckpt: key 'ema\.w'.*does not start with 'model\.'"):
-        load_model_state(tmp_path / "a.ckpt")
-
-
-def _leave_a_mark(path):
-    Path(path).write_text("unpickled")
-    return {}
-
-
-class Payload:
-    """Unpickling this would run code: the reason for ``weights_only=True``."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (_leave_a_mark, (str(self.marker),))
-
-
-def test_weights_only_refuses_a_pickled_object_without_running_it(tmp_path):
-    marker = tmp_path / "ran"
-    torch.save({"state_dict": {"model.w": torch.ones(1)}, "extra": Payload(marker)}, tmp_path / "p")
-    with pytest.raises(AsrflowError, match=r"refused by torch\.load\(weights_only=True\)"):
-        load_model_state(tmp_path / "p")
-    assert not marker.exists()
-
-
-def test_a_damaged_file_is_a_clear_error(tmp_path):
-    good = tmp_path / "good.pth"
-    torch.save({"w": torch.ones(100)}, good)
-    (tmp_path / "bad.pth").write_bytes(good.read_bytes()[:100])
-    with pytest.raises(AsrflowError, match=r"bad\.pth"):
-        load_model_state(tmp_path / "bad.pth")
 
 
 # --- choosing and naming ---------------------------------------------------------------------

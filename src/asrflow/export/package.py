@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
+from asrflow.checkpoints import LIGHTNING_PREFIX, read_model_state
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import dumps_json
@@ -72,9 +73,6 @@ TOKENS = "tokens.txt"
 MANIFEST = "package.json"
 FILES = (CONFIG, MODEL, BPE_MODEL, TOKENS)
 """The files whose SHA-256 ``package.json`` records (everything but itself)."""
-
-LIGHTNING_PREFIX = "model."
-"""Prefix of the ESPnet model's keys in an ``AsrModule`` checkpoint (``self.model``)."""
 
 REQUIRED_KEYS = (
     "init", "token_list", "token_type", "bpemodel", "input_size", "frontend", "frontend_conf",
@@ -103,10 +101,13 @@ def export_package(
     """Write the package ``out_dir`` (see the module docstring); returns its ``package.json``.
 
     ``state_dict_or_checkpoint`` is a Lightning checkpoint of an ``AsrModule`` (its
-    ``state_dict``'s ``model.*`` entries are the ESPnet model) or a plain state dict of the ESPnet
-    model. ``espnet_args`` are ESPnet's parsed arguments (:func:`asrflow.train.model.build_model`'s
-    second result, or the run's ``artifacts/espnet_config.json``). ``bpe_model`` and
-    ``tokens_txt`` must be the pair the model was trained with.
+    ``state_dict``'s ``model.*`` entries are the ESPnet model), ESPnet's training
+    ``checkpoint.pth`` or a plain state dict of the ESPnet model, as
+    :func:`asrflow.checkpoints.read_model_state` reads them; the kind is recorded as
+    ``source.format``. ``espnet_args`` are ESPnet's parsed arguments
+    (:func:`asrflow.train.model.build_model`'s second result, or the run's
+    ``artifacts/espnet_config.json``). ``bpe_model`` and ``tokens_txt`` must be the pair the model
+    was trained with.
 
     Example::
 
@@ -125,7 +126,7 @@ def export_package(
     config_text = yaml_text(config)
     model = build_espnet_model(yaml.safe_load(config_text))
 
-    state, source_format = load_model_state(source)
+    state, source_format = read_model_state(source)
     reference = model.state_dict()
     check_state_dict(state, reference, source=source)
     # the reference's key order, contiguous copies: the same weights always give the same bytes
@@ -224,44 +225,6 @@ def build_espnet_model(config: Mapping[str, Any]) -> torch.nn.Module:
                 "full parsed ESPnet arguments"
             ) from exc
         raise
-
-
-def load_model_state(source: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """The ESPnet model's state dict in ``source``, and ``"lightning"`` or ``"state_dict"``.
-
-    A Lightning checkpoint (a mapping with a ``state_dict`` mapping) gives its ``model.*``
-    entries without the prefix; anything else must be a plain ``{name: tensor}`` state dict and
-    is taken as is (a stray prefix is then caught by :func:`check_state_dict`).
-    """
-    try:
-        obj = torch.load(source, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise AsrflowError(f"{source}: no such checkpoint") from None
-    except Exception as exc:  # pickle errors of every kind, refused globals
-        raise AsrflowError(
-            f"{source}: cannot be read as a checkpoint with torch.load(weights_only=True): {exc}"
-        ) from exc
-    if not isinstance(obj, Mapping):
-        raise AsrflowError(f"{source}: holds a {type(obj).__name__}, not a state dict")
-    if isinstance(obj.get("state_dict"), Mapping):
-        full = obj["state_dict"]
-        n = len(LIGHTNING_PREFIX)
-        state = {k[n:]: v for k, v in full.items() if k.startswith(LIGHTNING_PREFIX)}
-        others = sorted(k for k in full if not k.startswith(LIGHTNING_PREFIX))
-        if others:
-            log.info(
-                "%s: ignoring %d entr(ies) outside the ESPnet model, e.g. %r",
-                source,
-                len(others),
-                others[0],
-            )
-        source_format = "lightning"
-    else:
-        state, source_format = dict(obj), "state_dict"
-    for k, v in state.items():
-        if not isinstance(v, torch.Tensor):
-            raise AsrflowError(f"{source}: entry {k!r} is a {type(v).__name__}, not a tensor")
-    return state, source_format
 
 
 def check_state_dict(

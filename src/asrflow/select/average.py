@@ -28,9 +28,10 @@ Why not ESPnet's rule. ESPnet2's ``espnet2.main_funcs.average_nbest_models`` and
   key of a Lightning ``state_dict`` must carry it (asrflow's ``AsrModule`` holds the ESPnet model as
   ``self.model``), and a plain state dict is taken as is.
 
-Files are read with ``torch.load(weights_only=True)`` only: a checkpoint that needs arbitrary
-unpickling is refused. The output is written atomically and byte-reproducibly (``torch.save`` to an
-open file, so the zip's inner folder name does not come from the temporary file name).
+Files are read by :func:`asrflow.checkpoints.load_model_state`, with
+``torch.load(weights_only=True)`` only: a checkpoint that needs arbitrary unpickling is refused.
+The output is written atomically and byte-reproducibly (``torch.save`` to an open file, so the
+zip's inner folder name does not come from the temporary file name).
 
 Example::
 
@@ -47,22 +48,19 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.hashing import sha256_file
 from asrflow.io import atomic_output
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
-
-LIGHTNING_PREFIX = "model."
-"""Prefix of the ESPnet model's keys in an ``AsrModule`` checkpoint's ``state_dict``."""
 
 RULE = (
     "floats: float64 sum / k, rounded once to each tensor's dtype; "
@@ -74,86 +72,6 @@ RULE = (
 _MASK_DTYPES = frozenset({torch.bool, torch.uint8})
 
 State = dict[str, torch.Tensor]
-
-
-# --- reading ---------------------------------------------------------------------------------
-
-
-def _unpickler_reason(exc: BaseException) -> str:
-    """The useful line of torch's long ``weights_only`` refusal."""
-    text = str(exc)
-    marker = "WeightsUnpickler error:"
-    if marker in text:
-        rest = text.split(marker, 1)[1].strip()
-        line = rest.splitlines()[0] if rest else ""
-        return line.split(". Please", 1)[0].strip() or "unsupported content"
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _load_weights_only(path: Pathlike) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise AsrflowError(
-            f"{path}: refused by torch.load(weights_only=True): {_unpickler_reason(e)}. "
-            "asrflow reads only checkpoints made of tensors and plain containers; if this is not "
-            "a PyTorch checkpoint written by asrflow or ESPnet, do not average it"
-        ) from e
-    except (RuntimeError, EOFError) as e:
-        raise AsrflowError(
-            f"{path}: cannot be read as a PyTorch checkpoint ({_unpickler_reason(e)}); "
-            "the file is damaged or incomplete: rerun the training job that wrote it"
-        ) from e
-
-
-def strip_lightning_prefix(state: Mapping[str, Any], source: Pathlike) -> State:
-    """The ESPnet model's state from a Lightning ``state_dict``: every key must start with
-    ``model.``, which is removed."""
-    out: State = {}
-    for key, value in state.items():
-        if not isinstance(key, str) or not key.startswith(LIGHTNING_PREFIX):
-            raise AsrflowError(
-                f"{source}: key {key!r} of the Lightning state_dict does not start with "
-                f"{LIGHTNING_PREFIX!r}; asrflow's AsrModule holds the ESPnet model as "
-                "'self.model', so this checkpoint was not written by asrflow's training"
-            )
-        out[key[len(LIGHTNING_PREFIX) :]] = value
-    return out
-
-
-def check_state(state: Mapping[Any, Any], source: Pathlike) -> None:
-    """Raise unless ``state`` is a non-empty mapping of string keys to tensors."""
-    if not state:
-        raise AsrflowError(f"{source}: the state dict is empty; there is nothing to average")
-    for key, value in state.items():
-        if not isinstance(key, str):
-            raise AsrflowError(f"{source}: state dict key {key!r} is not a string")
-        if not isinstance(value, torch.Tensor):
-            raise AsrflowError(
-                f"{source}: state dict entry {key!r} is a {type(value).__name__}, not a tensor; "
-                "only tensors can be averaged"
-            )
-
-
-def load_model_state(path: Pathlike) -> State:
-    """The ESPnet model's state dict from a checkpoint file, on the CPU.
-
-    A Lightning checkpoint (a dict with a ``state_dict`` mapping) gives its ``state_dict`` with
-    the ``model.`` prefix removed from every key (a key without it is an error); a plain state
-    dict (an ESPnet ``*.pth``, or an earlier average) is returned as is. Loaded with
-    ``weights_only=True``: a file that needs arbitrary unpickling raises :class:`AsrflowError`.
-    """
-    obj = _load_weights_only(path)
-    if not isinstance(obj, Mapping):
-        raise AsrflowError(
-            f"{path}: holds a {type(obj).__name__}, not a state dict or a Lightning checkpoint"
-        )
-    if isinstance(obj.get("state_dict"), Mapping):
-        state = strip_lightning_prefix(obj["state_dict"], path)
-    else:
-        state = dict(obj)
-    check_state(state, path)
-    return state
 
 
 # --- averaging -------------------------------------------------------------------------------

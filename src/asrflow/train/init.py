@@ -25,8 +25,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import pickle
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.types import Pathlike
@@ -54,8 +53,6 @@ MANIFEST_CONFIG_KEY = "asr_train_config"
 WEIGHTS_PATTERNS = ("model.pth", "valid.acc.ave.pth", "*.ave*.pth", "valid.*best*.pth", "*.pth")
 """Weights looked for in a directory without a manifest, in this order; the first pattern that
 matches exactly one file (symlinks to the same file count once) wins."""
-LIGHTNING_PREFIX = "model."
-"""Prefix of the ESPnet model's keys in an asrflow Lightning checkpoint (``AsrModule.model``)."""
 DEFAULT_INCLUDE = ("*",)
 DEFAULT_EXCLUDE: tuple[str, ...] = ()
 
@@ -202,60 +199,7 @@ def find_config(model_path: Pathlike) -> Path | None:
     return None
 
 
-# --- loading ---------------------------------------------------------------------------------
-
-
-def _strip_lightning_prefix(state: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    prefixed = [k for k in state if k.startswith(LIGHTNING_PREFIX)]
-    if not prefixed:
-        return dict(state)
-    if len(prefixed) != len(state):
-        other = next(k for k in state if not k.startswith(LIGHTNING_PREFIX))
-        raise AsrflowError(
-            f"{path}: a Lightning checkpoint whose keys mix {LIGHTNING_PREFIX!r}-prefixed and "
-            f"other keys (e.g. {other!r}); it was not written by asrflow's AsrModule"
-        )
-    return {k[len(LIGHTNING_PREFIX) :]: v for k, v in state.items()}
-
-
-def load_state_dict(path: Pathlike) -> dict[str, torch.Tensor]:
-    """The ESPnet model's state dict in a ``.pth`` or Lightning ``.ckpt`` (``weights_only``).
-
-    A Lightning checkpoint's ``state_dict`` loses the ``model.`` prefix of ``AsrModule``; an
-    ESPnet training ``checkpoint.pth`` contributes its ``model`` entry.
-    """
-    import torch
-
-    path = Path(path)
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        why = re.search(r"Unsupported global: GLOBAL \S+", str(exc))
-        raise AsrflowError(
-            f"{path}: refused to load: it holds more than tensors and plain containers "
-            f"({why.group(0) if why else str(exc).splitlines()[0]}), and asrflow loads weights "
-            "with torch.load(weights_only=True) only; re-save the model's state_dict() alone, "
-            "or start from a package made by asrflow or ESPnet"
-        ) from None
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise AsrflowError(f"{path}: not a readable torch weights file: {exc}") from None
-    if not isinstance(obj, Mapping):
-        raise AsrflowError(f"{path}: expected a state dict, got a {type(obj).__name__}")
-    if isinstance(obj.get("state_dict"), Mapping):  # Lightning checkpoint
-        state = _strip_lightning_prefix(obj["state_dict"], path)
-    elif isinstance(obj.get("model"), Mapping):  # ESPnet's checkpoint.pth
-        state = dict(obj["model"])
-    else:
-        state = dict(obj)
-    bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
-    if bad:
-        raise AsrflowError(
-            f"{path}: not a state dict: {bad[0]!r} is a {type(state[bad[0]]).__name__}, "
-            "not a tensor"
-        )
-    if not state:
-        raise AsrflowError(f"{path}: the state dict is empty")
-    return state
+# --- the token list --------------------------------------------------------------------------
 
 
 def read_token_list(config_yaml: Pathlike) -> list[str]:
@@ -349,7 +293,7 @@ def apply_init(
             f"{weights}: its SHA-256 differs from the one in {package[0]}; the package was "
             "modified after export, re-export it"
         )
-    state = load_state_dict(weights)
+    state = load_model_state(weights)
     selected, skipped = select_keys(state, cfg.include, cfg.exclude)
     for pattern in cfg.include:
         if not any(fnmatch.fnmatchcase(k, pattern) for k in state):
