@@ -38,6 +38,7 @@ from functools import lru_cache
 from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.settings import known_settings
 
 UNICODE_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 APOSTROPHE_VARIANTS = "\u2019\u2018\u02bc"
@@ -144,14 +145,7 @@ class TextNormalization:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> TextNormalization:
         """Settings from a config mapping; missing keys take defaults, unknown keys are errors."""
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AsrflowError(
-                f"text normalization: unknown setting(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(known))}"
-            )
+        d = known_settings(cls, d, "text normalization")
         if "replacements" in d:
             d["replacements"] = dict(d["replacements"] or {})
         return cls(**d)

@@ -30,7 +30,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import sentencepiece as spm
@@ -38,6 +38,7 @@ import sentencepiece as spm
 from asrflow.data.cuts import load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_bytes, write_text
+from asrflow.settings import known_settings
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
 
@@ -119,14 +120,7 @@ class TokenizerConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> TokenizerConfig:
         """Settings from a config mapping; missing keys take defaults, unknown keys are errors."""
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AsrflowError(
-                f"tokenizer: unknown setting(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(known))}"
-            )
+        d = known_settings(cls, d, "tokenizer")
         if "user_symbols" in d:
             d["user_symbols"] = tuple(d["user_symbols"] or ())
         return cls(**d)

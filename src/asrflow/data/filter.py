@@ -33,6 +33,7 @@ from lhotse.cut import Cut
 from asrflow.data.cuts import field, origin, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json, write_text
+from asrflow.settings import known_settings
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
 
@@ -98,14 +99,7 @@ class FilterConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> FilterConfig:
         """Settings from a config mapping; missing keys take defaults, unknown keys are errors."""
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise AsrflowError(
-                f"filter: unknown setting(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(known))}"
-            )
+        d = known_settings(cls, d, "filter")
         for k, v in d.items():
             if isinstance(v, str):  # "inf" as written by to_dict
                 try:
