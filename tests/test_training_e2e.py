@@ -138,6 +138,7 @@ def test_training_dag_writes_summary_checkpoints_and_diagnostics(trained):
     assert (run / "audit/batches.png").stat().st_size > 0
     smoke = json.loads((run / "smoke/summary.json").read_text())
     assert smoke["status"] == "completed" and smoke["steps"] == 3
+    assert len(smoke["export_decode"]) == 4  # decoded by Speech2Text from the exported package
     for path in (
         run / "train/summary.json",
         run / "smoke/summary.json",

@@ -66,6 +66,11 @@ class RunSpec:
     """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
 
 
+def model_sample_rate(frontend_conf: Mapping[str, Any] | None) -> int:
+    """The sampling rate the model's frontend expects (ESPnet's ``frontend_conf.fs``)."""
+    return int((frontend_conf or {}).get("fs", 16000))
+
+
 def checkpoint_tag(monitor: str) -> str:
     """File-name form of a monitor: ``valid/loss`` -> ``valid.loss``."""
     return monitor.replace("/", ".")
@@ -124,7 +129,7 @@ def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, 
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
         dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
-    sample_rate = int(args.frontend_conf.get("fs", 16000)) if args.frontend_conf else 16000
+    sample_rate = model_sample_rate(args.frontend_conf)
     dataset = AsrDataset(encoder, sample_rate=sample_rate)
     workers = recipe.batching.num_workers
     train_sampler = SkippingSampler(make_sampler(train, recipe.batching))
@@ -358,8 +363,11 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
 
 
 def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict[str, Any]:
-    """Train a few steps on a handful of utterances, validate and decode; fail fast on a
-    manifest/tokenizer/model mismatch. Starts from scratch every time."""
+    """Train a few steps on a handful of utterances, validate, export the last checkpoint as a
+    package and decode dev audio with ESPnet's ``Speech2Text`` from it: a manifest, tokenizer,
+    model or export mismatch fails here in a minute. Starts from scratch every time."""
+    from asrflow.export.package import export_package, load_speech2text
+
     work = Path(work_dir)
     if work.exists():
         shutil.rmtree(work)
@@ -369,6 +377,22 @@ def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict
     if not transcripts:
         raise RuntimeError("smoke run: the validation wrote no transcripts")
     summary["transcripts"] = transcripts[-1].read_text(encoding="utf-8")
+    espnet_args = json.loads((out / "espnet_config.json").read_text(encoding="utf-8"))
+    export_package(
+        state_dict_or_checkpoint=out / CHECKPOINTS / LAST,
+        espnet_args=espnet_args,
+        bpe_model=spec.bpe_model,
+        tokens_txt=spec.tokens,
+        out_dir=work / "package",
+        artifact="smoke",
+    )
+    speech2text = load_speech2text(work / "package")
+    dev = load_cuts(spec.dev_cuts)
+    dev = dev.subset(first=min(spec.max_dev_cuts or 2, len(dev)))
+    rate = model_sample_rate(espnet_args.get("frontend_conf"))
+    summary["export_decode"] = {
+        cut.id: speech2text(cut.resample(rate).load_audio()[0])[0][0] for cut in dev
+    }
     write_json(summary_path, summary)
     shutil.rmtree(work)
     return summary
