@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import sentencepiece as spm
-from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
-from lhotse.audio import AudioSource
+from lhotse import CutSet
 
-from asrflow.data.cuts import save_cuts
+from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization, normalize
 from asrflow.tokenizer import (
@@ -46,31 +45,16 @@ def make_cuts(texts: list[str], prefix: str, repeat: int = 1) -> CutSet:
         for i, t in enumerate(texts):
             cid = f"{prefix}-{r}-{i:03d}"
             duration = 1.0 + 0.1 * len(t) / 10
-            rec = Recording(
-                id=cid,
-                sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
-                sampling_rate=16000,
-                num_samples=int(duration * 16000),
-                duration=duration,
-            )
-            sup = SupervisionSegment(
-                id=cid,
-                recording_id=cid,
-                start=0.0,
-                duration=duration,
-                channel=0,
-                text=t,
-                speaker=f"spk{i % 3}",
-                custom={"origin": f"{prefix}.jsonl:{i + 1}"},
-            )
             cuts.append(
-                MonoCut(
-                    id=cid,
-                    start=0.0,
+                make_cut(
+                    utt_id=cid,
+                    audio=f"/nonexistent/{cid}.wav",
+                    sampling_rate=16000,
+                    num_samples=int(duration * 16000),
                     duration=duration,
-                    channel=0,
-                    recording=rec,
-                    supervisions=[sup],
+                    text=t,
+                    speaker=f"spk{i % 3}",
+                    custom={"origin": f"{prefix}.jsonl:{i + 1}"},
                 )
             )
     return CutSet.from_cuts(cuts)

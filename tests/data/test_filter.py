@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
-from lhotse.audio import AudioSource
+from lhotse import CutSet, MonoCut
 
+from asrflow.data.cuts import make_cut as build_cut
 from asrflow.data.filter import (
     REASONS,
     FilterConfig,
@@ -30,25 +30,15 @@ NORM = TextNormalization()
 
 def make_cut(cid: str, duration: float, text: str, **custom) -> MonoCut:
     """An audio-less cut following asrflow's conventions."""
-    rec = Recording(
-        id=cid,
-        sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
+    return build_cut(
+        utt_id=cid,
+        audio=f"/nonexistent/{cid}.wav",
         sampling_rate=16000,
         num_samples=round(duration * 16000),
         duration=duration,
-    )
-    sup = SupervisionSegment(
-        id=cid,
-        recording_id=cid,
-        start=0.0,
-        duration=duration,
-        channel=0,
         text=text,
         speaker=custom.pop("speaker", "spk"),
         custom={"origin": f"train.jsonl:{cid}", **custom},
-    )
-    return MonoCut(
-        id=cid, start=0.0, duration=duration, channel=0, recording=rec, supervisions=[sup]
     )
 
 

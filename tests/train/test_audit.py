@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
-from lhotse.audio import AudioSource
+from lhotse import CutSet
 
-from asrflow.data.cuts import save_cuts
+from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
@@ -31,20 +30,13 @@ def make_cuts(texts: list[str], durations: list[float] | None = None) -> CutSet:
     cuts = []
     for i, (t, d) in enumerate(zip(texts, durations, strict=True)):
         cid = f"u{i:03d}"
-        rec = Recording(
-            id=cid,
-            sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
-            sampling_rate=16000,
-            num_samples=round(d * 16000),
-            duration=d,
-        )
-        sup = SupervisionSegment(
-            id=cid, recording_id=cid, start=0.0, duration=d, text=t,
-            custom={"origin": f"train.jsonl:{i + 1}"},
-        )  # fmt: skip
         cuts.append(
-            MonoCut(id=cid, start=0.0, duration=d, channel=0, recording=rec, supervisions=[sup])
-        )
+            make_cut(
+                utt_id=cid, audio=f"/nonexistent/{cid}.wav", sampling_rate=16000,
+                num_samples=round(d * 16000), duration=d, text=t,
+                custom={"origin": f"train.jsonl:{i + 1}"},
+            )
+        )  # fmt: skip
     return CutSet.from_cuts(cuts)
 
 

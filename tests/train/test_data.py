@@ -9,10 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
-from lhotse.audio import AudioSource
+from lhotse import CutSet
 
-from asrflow.data.cuts import save_cuts
+from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.data.importers import import_nemo
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
@@ -43,19 +42,12 @@ def fake_cuts(n: int, prefix: str = "c", seed: int = 0) -> CutSet:
     for i in range(n):
         cid = f"{prefix}{i:04d}"
         duration = round(0.5 + ((i * 7919 + seed) % 23) * 0.2, 2)
-        rec = Recording(
-            id=cid,
-            sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
-            sampling_rate=16000,
-            num_samples=round(duration * 16000),
-            duration=duration,
-        )
-        sup = SupervisionSegment(id=cid, recording_id=cid, start=0.0, duration=duration, text="a")
         cuts.append(
-            MonoCut(
-                id=cid, start=0.0, duration=duration, channel=0, recording=rec, supervisions=[sup]
+            make_cut(
+                utt_id=cid, audio=f"/nonexistent/{cid}.wav", sampling_rate=16000,
+                num_samples=round(duration * 16000), duration=duration, text="a",
             )
-        )
+        )  # fmt: skip
     return CutSet.from_cuts(cuts)
 
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import sentencepiece as spm
-from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
-from lhotse.audio import AudioSource
+from lhotse import CutSet
 
-from asrflow.data.cuts import save_cuts
+from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import BLANK, SOS_EOS, UNK, TokenizerConfig, train_tokenizer
@@ -25,19 +24,12 @@ def text_cuts(texts: list[str]) -> CutSet:
     cuts = []
     for i, t in enumerate(texts):
         cid = f"c{i:03d}"
-        rec = Recording(
-            id=cid,
-            sources=[AudioSource(type="file", channels=[0], source=f"/nonexistent/{cid}.wav")],
-            sampling_rate=16000,
-            num_samples=16000,
-            duration=1.0,
-        )
-        sup = SupervisionSegment(
-            id=cid, recording_id=cid, start=0.0, duration=1.0, text=t, custom={"origin": f"m:{i}"}
-        )
         cuts.append(
-            MonoCut(id=cid, start=0.0, duration=1.0, channel=0, recording=rec, supervisions=[sup])
-        )
+            make_cut(
+                utt_id=cid, audio=f"/nonexistent/{cid}.wav", sampling_rate=16000,
+                num_samples=16000, duration=1.0, text=t, custom={"origin": f"m:{i}"},
+            )
+        )  # fmt: skip
     return CutSet.from_cuts(cuts)
 
 

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lhotse import CutSet
+from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
+from lhotse.audio import AudioSource
 from lhotse.cut import Cut
 
 from asrflow.io import write_jsonl_gz
@@ -33,6 +34,48 @@ SEGMENT = "segment"
 def save_cuts(cuts: Iterable[Cut], path: Pathlike) -> int:
     """Write cuts as a byte-reproducible ``.jsonl.gz`` (atomic). Returns the count."""
     return write_jsonl_gz(path, (cut.to_dict() for cut in cuts))
+
+
+def make_cut(
+    *,
+    utt_id: str,
+    audio: str,
+    sampling_rate: int,
+    num_samples: int,
+    duration: float,
+    text: str,
+    speaker: str | None = None,
+    custom: dict[str, Any] | None = None,
+    offset: float = 0.0,
+    channels: int = 1,
+) -> MonoCut:
+    """One cut following the conventions above: the file ``audio`` as its recording (rate and
+    length as its header says), and one supervision spanning ``[offset, offset + duration)``."""
+    recording = Recording(
+        id=utt_id,
+        sources=[AudioSource(type="file", channels=list(range(channels)), source=audio)],
+        sampling_rate=sampling_rate,
+        num_samples=num_samples,
+        duration=num_samples / sampling_rate,
+    )
+    sup = SupervisionSegment(
+        id=utt_id,
+        recording_id=utt_id,
+        start=0.0,
+        duration=duration,
+        channel=0,
+        text=text,
+        speaker=speaker,
+        custom=custom or {},
+    )
+    return MonoCut(
+        id=utt_id,
+        start=offset,
+        duration=duration,
+        channel=0,
+        recording=recording,
+        supervisions=[sup],
+    )
 
 
 def load_cuts(path: Pathlike) -> CutSet:

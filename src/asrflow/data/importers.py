@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import soundfile
-from lhotse import CutSet, MonoCut, Recording, SupervisionSegment
-from lhotse.audio import AudioSource
+from lhotse import CutSet, MonoCut
 from lhotse.kaldi import load_kaldi_data_dir
 
-from asrflow.data.cuts import ORIGIN, SEGMENT
+from asrflow.data.cuts import ORIGIN, SEGMENT, make_cut
 from asrflow.errors import AsrflowError
 from asrflow.types import Hz, Pathlike, Seconds
 
@@ -179,41 +178,12 @@ def _raise_problems(kind: str, source: Pathlike, problems: list[str], hint: str)
     )
 
 
-def _make_cut(
-    *,
-    utt_id: str,
-    audio: str,
-    info: AudioInfo,
-    offset: Seconds,
-    duration: Seconds,
-    text: str,
-    speaker: str | None,
-    custom: dict[str, Any],
-) -> MonoCut:
-    recording = Recording(
-        id=utt_id,
-        sources=[AudioSource(type="file", channels=list(range(info.channels)), source=audio)],
+def _cut(*, info: AudioInfo, **kwargs: Any) -> MonoCut:
+    return make_cut(
         sampling_rate=info.sampling_rate,
         num_samples=info.num_samples,
-        duration=info.duration,
-    )
-    sup = SupervisionSegment(
-        id=utt_id,
-        recording_id=utt_id,
-        start=0.0,
-        duration=duration,
-        channel=0,
-        text=text,
-        speaker=speaker,
-        custom=custom,
-    )
-    return MonoCut(
-        id=utt_id,
-        start=offset,
-        duration=duration,
-        channel=0,
-        recording=recording,
-        supervisions=[sup],
+        channels=info.channels,
+        **kwargs,
     )
 
 
@@ -306,7 +276,7 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
             custom[SEGMENT] = True
         speaker = row.get("speaker")
         cuts.append(
-            _make_cut(
+            _cut(
                 utt_id=utt_id,
                 audio=audio,
                 info=info,
@@ -402,7 +372,7 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
         rec = cut.recording
         info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
         out.append(
-            _make_cut(
+            _cut(
                 utt_id=utt_id,
                 audio=audio,
                 info=info,
@@ -441,7 +411,7 @@ def import_lhotse(manifest: Pathlike) -> list[MonoCut]:
             audio = rec.sources[0].source
             info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
             out.append(
-                _make_cut(
+                _cut(
                     utt_id=sup.id if sup is not None else piece.id,
                     audio=audio,
                     info=info,
