@@ -6,7 +6,6 @@ its four spoken training utterances; every package must then make ESPnet print t
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -17,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import sentencepiece as spm
 import torch
 
 from asrflow.corpus.espeak import native_sample_rate, resample, synthesize
+from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.export.package import (
     BPE_MODEL,
@@ -34,7 +33,8 @@ from asrflow.export.package import (
     verify_package,
 )
 from asrflow.hashing import sha256_file
-from asrflow.tokenizer import BLANK, UNK, token_list
+from asrflow.text import TextNormalization
+from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.train.model import build_model
 from asrflow.train.module import greedy_ctc
 from asrflow.train.tokens import TokenEncoder
@@ -77,27 +77,18 @@ class Trained:
 
 
 def _char_tokenizer(directory: Path) -> tuple[Path, Path]:
-    """A SentencePiece char model over TEXTS, with asrflow's settings, and its token list."""
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(TEXTS),
-        model_writer=model,
-        model_type="char",
-        vocab_size=1 << 20,
-        pad_id=0,
-        pad_piece=BLANK,
-        unk_id=1,
-        unk_piece=UNK,
-        bos_id=-1,
-        eos_id=-1,
-        normalization_rule_name="identity",
-        num_threads=1,
-        minloglevel=2,
-    )
-    bpe = directory / "bpe.model"
-    bpe.write_bytes(model.getvalue())
-    tokens = directory / "tokens.txt"
-    tokens.write_text("\n".join(token_list(bpe)) + "\n", encoding="utf-8")
+    """asrflow's own SentencePiece char tokenizer over TEXTS, and its token list."""
+    cuts = directory / "texts.jsonl.gz"
+    save_cuts(
+        [
+            make_cut(utt_id=f"t{i}", audio=f"/nonexistent/t{i}.wav", sampling_rate=16000,
+                     num_samples=16000, duration=1.0, text=text)
+            for i, text in enumerate(TEXTS)
+        ],
+        cuts,
+    )  # fmt: skip
+    bpe, tokens = directory / "bpe.model", directory / "tokens.txt"
+    train_tokenizer(cuts, bpe, tokens, TokenizerConfig(model_type="char"), TextNormalization())
     return bpe, tokens
 
 
