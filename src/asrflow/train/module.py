@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch.utilities import grad_norm
 
 from asrflow.train.diagnostics import Diagnostics
-from asrflow.train.loss import global_token_count, normalize_loss
+from asrflow.train.loss import global_token_count, normalize_loss, per_token
 from asrflow.train.recipe import Recipe
 from asrflow.train.resume import SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
@@ -120,11 +120,11 @@ class AsrModule(L.LightningModule):
         loss_utt, _, _ = self(batch)
         loss = self._loss(loss_utt, batch)
         num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
-        per_token = float(loss_utt.detach()) * num_utts / max(1, num_tokens)
+        loss_per_token = float(per_token(loss_utt.detach(), num_utts, num_tokens))
         self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=num_utts)
         self.log_dict(
             {
-                "train/loss_per_token": per_token,
+                "train/loss_per_token": loss_per_token,
                 "train/batch_tokens": float(num_tokens),
                 "train/batch_utterances": float(num_utts),
                 "train/batch_audio_seconds": float(batch["audio_seconds"]),
@@ -134,7 +134,7 @@ class AsrModule(L.LightningModule):
             batch_size=num_utts,
         )
         if self.diagnostics is not None:
-            self.diagnostics.observe_loss(self.global_step, per_token, batch["ids"])
+            self.diagnostics.observe_loss(self.global_step, loss_per_token, batch["ids"])
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
