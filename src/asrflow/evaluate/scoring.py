@@ -1,0 +1,291 @@
+"""Scoring: word and character errors of hypotheses against references, under one contract.
+
+The contract is a :class:`~asrflow.text.TextNormalization`: reference and hypothesis are both
+passed through :func:`asrflow.text.normalize` with it (case, punctuation, whitespace, accepted
+alternative spellings), then aligned by jiwer. Every result records
+:meth:`TextNormalization.sha256`, so numbers produced under different contracts are never ranked
+together.
+
+Counting rules:
+
+- **WER** pools errors: ``(S + D + I) / N`` summed over all utterances, never a mean of
+  per-utterance rates (:func:`pooled`). With no reference words the rate is ``None``.
+- **CER** counts characters exactly as :func:`jiwer.process_characters` does on the normalized
+  strings, which is how training's ``valid/cer`` is computed (:mod:`asrflow.train.module`): every
+  character counts, *including the single spaces between words* (``"ab cd"`` is 5 characters);
+  leading and trailing spaces are stripped (and inner runs are already collapsed by the default
+  contract).
+- An **empty hypothesis** is scored as empty: every reference unit is a deletion (nothing is
+  padded). An **empty reference** has 0 units; every hypothesis unit is an insertion.
+
+Example::
+
+    contract = TextNormalization.from_dict(config["normalization"])
+    scores = [score_utterance(c.id, ref[c.id], hyp[c.id], contract) for c in cuts]
+    summary = pooled(scores)               # {"wer": 0.123, "substitutions": ..., ...}
+    write_utterances_csv(scores, "results/.../utterances.csv")
+    write_alignments(scores, "results/.../alignments.txt")
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jiwer
+
+from asrflow.io import atomic_output, write_text
+from asrflow.text import TextNormalization, normalize
+from asrflow.types import Pathlike
+
+MISSING_SLICE = "(none)"
+"""Slice value of utterances that lack the slice field."""
+
+UTTERANCE_COLUMNS = (
+    "id",
+    "reference",
+    "hypothesis",
+    "ref_norm",
+    "hyp_norm",
+    "ref_words",
+    "substitutions",
+    "deletions",
+    "insertions",
+    "word_errors",
+    "ref_chars",
+    "char_errors",
+)
+"""Leading columns of :func:`write_utterances_csv`; slice fields follow, sorted."""
+
+
+@dataclass(frozen=True)
+class UtteranceScore:
+    """Errors of one utterance: word and character counts plus a readable word alignment.
+
+    ``alignment`` is three lines (``REF:``, ``HYP:``, markers ``S``/``D``/``I`` under the
+    erroneous column), or ``""`` when there are no word errors.
+    """
+
+    id: str
+    reference: str
+    hypothesis: str
+    ref_norm: str
+    hyp_norm: str
+    ref_words: int
+    hits: int
+    substitutions: int
+    deletions: int
+    insertions: int
+    ref_chars: int
+    char_substitutions: int
+    char_deletions: int
+    char_insertions: int
+    alignment: str = ""
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def word_errors(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+    @property
+    def char_errors(self) -> int:
+        return self.char_substitutions + self.char_deletions + self.char_insertions
+
+
+def score_utterance(
+    utt_id: str,
+    reference: str,
+    hypothesis: str,
+    contract: TextNormalization,
+    fields: Mapping[str, Any] | None = None,
+) -> UtteranceScore:
+    """Normalize ``reference`` and ``hypothesis`` under ``contract`` and count their errors.
+
+    ``fields`` are the utterance's slice fields (speaker, condition, ...); values are kept as
+    strings.
+
+    >>> s = score_utterance("u1", "Hello, World!", "hello word", TextNormalization())
+    >>> (s.substitutions, s.deletions, s.insertions, s.ref_words)
+    (1, 0, 0, 2)
+    """
+    ref_norm = normalize(reference, contract)
+    hyp_norm = normalize(hypothesis, contract)
+    ref_tokens, hyp_tokens = ref_norm.split(), hyp_norm.split()
+    ref_chars, hyp_chars = ref_norm.strip(), hyp_norm.strip()
+
+    if ref_tokens:
+        words = jiwer.process_words(ref_norm, hyp_norm)
+        hits, subs, dels, ins = words.hits, words.substitutions, words.deletions, words.insertions
+        alignment = _render_alignment(words.references[0], words.hypotheses[0], words.alignments[0])
+    else:
+        # Older jiwer refuses an empty reference; its errors are plain insertions either way.
+        hits, subs, dels, ins = 0, 0, 0, len(hyp_tokens)
+        alignment = _render_alignment([], hyp_tokens, []) if hyp_tokens else ""
+    if subs + dels + ins == 0:
+        alignment = ""
+
+    if ref_chars:
+        chars = jiwer.process_characters(ref_norm, hyp_norm)
+        c_hits, c_subs, c_dels, c_ins = (
+            chars.hits,
+            chars.substitutions,
+            chars.deletions,
+            chars.insertions,
+        )
+    else:
+        c_hits, c_subs, c_dels, c_ins = 0, 0, 0, len(hyp_chars)
+
+    return UtteranceScore(
+        id=str(utt_id),
+        reference=reference,
+        hypothesis=hypothesis,
+        ref_norm=ref_norm,
+        hyp_norm=hyp_norm,
+        ref_words=hits + subs + dels,
+        hits=hits,
+        substitutions=subs,
+        deletions=dels,
+        insertions=ins,
+        ref_chars=c_hits + c_subs + c_dels,
+        char_substitutions=c_subs,
+        char_deletions=c_dels,
+        char_insertions=c_ins,
+        alignment=alignment,
+        fields={str(k): str(v) for k, v in (fields or {}).items()},
+    )
+
+
+def _render_alignment(
+    ref: Sequence[str], hyp: Sequence[str], chunks: Sequence[jiwer.AlignmentChunk]
+) -> str:
+    """Three aligned lines in the style of sclite: REF, HYP and S/D/I markers."""
+    columns: list[tuple[str, str, str]] = []
+    if not chunks and hyp:  # empty reference: everything inserted
+        columns = [("*" * len(w), w, "I") for w in hyp]
+    for chunk in chunks:
+        r = ref[chunk.ref_start_idx : chunk.ref_end_idx]
+        h = hyp[chunk.hyp_start_idx : chunk.hyp_end_idx]
+        if chunk.type == "equal":
+            columns += [(a, b, "") for a, b in zip(r, h, strict=True)]
+        elif chunk.type == "substitute":
+            columns += [(a, b, "S") for a, b in zip(r, h, strict=True)]
+        elif chunk.type == "delete":
+            columns += [(a, "*" * len(a), "D") for a in r]
+        elif chunk.type == "insert":
+            columns += [("*" * len(b), b, "I") for b in h]
+        else:  # pragma: no cover - jiwer has exactly four chunk types
+            raise ValueError(f"unknown jiwer alignment chunk type {chunk.type!r}")
+    widths = [max(len(a), len(b), 1) for a, b, _ in columns]
+    lines = [
+        "REF: " + " ".join(a.ljust(w) for (a, _, _), w in zip(columns, widths, strict=True)),
+        "HYP: " + " ".join(b.ljust(w) for (_, b, _), w in zip(columns, widths, strict=True)),
+        "     " + " ".join(m.ljust(w) for (_, _, m), w in zip(columns, widths, strict=True)),
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _rate(errors: int, total: int) -> float | None:
+    return errors / total if total else None
+
+
+def pooled(scores: Iterable[UtteranceScore]) -> dict[str, Any]:
+    """Totals over ``scores`` and the pooled rates (total errors / total reference units).
+
+    ``wer``/``cer`` are ``None`` when there are no reference words/characters;
+    ``sentence_error_rate`` (share of utterances with any word error) is ``None`` for no
+    utterances.
+    """
+    keys = (
+        "ref_words",
+        "ref_chars",
+        "hits",
+        "substitutions",
+        "deletions",
+        "insertions",
+        "char_substitutions",
+        "char_deletions",
+        "char_insertions",
+    )
+    totals = dict.fromkeys(keys, 0)
+    n = wrong = 0
+    for s in scores:
+        n += 1
+        wrong += s.word_errors > 0
+        for k in keys:
+            totals[k] += getattr(s, k)
+    word_errors = totals["substitutions"] + totals["deletions"] + totals["insertions"]
+    char_errors = (
+        totals["char_substitutions"] + totals["char_deletions"] + totals["char_insertions"]
+    )
+    return {
+        "num_utterances": n,
+        **totals,
+        "word_errors": word_errors,
+        "wer": _rate(word_errors, totals["ref_words"]),
+        "char_errors": char_errors,
+        "cer": _rate(char_errors, totals["ref_chars"]),
+        "sentence_error_rate": _rate(wrong, n),
+    }
+
+
+def by_slice(
+    scores: Iterable[UtteranceScore], fields: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`pooled` per value of each slice field: ``{field: {value: pooled(...)}}``.
+
+    Utterances without a field are pooled under the value ``"(none)"``. Values are sorted.
+    """
+    scores = list(scores)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in fields:
+        groups: dict[str, list[UtteranceScore]] = {}
+        for s in scores:
+            groups.setdefault(s.fields.get(name, MISSING_SLICE), []).append(s)
+        out[name] = {value: pooled(groups[value]) for value in sorted(groups)}
+    return out
+
+
+def write_utterances_csv(scores: Iterable[UtteranceScore], path: Pathlike) -> None:
+    """Atomically write one CSV row per utterance (see :data:`UTTERANCE_COLUMNS`).
+
+    Slice fields follow as extra columns (union over all utterances, sorted; empty where absent).
+    """
+    scores = list(scores)
+    slice_fields = sorted({k for s in scores for k in s.fields})
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*UTTERANCE_COLUMNS, *slice_fields])
+        for s in scores:
+            row = [
+                s.id,
+                s.reference,
+                s.hypothesis,
+                s.ref_norm,
+                s.hyp_norm,
+                s.ref_words,
+                s.substitutions,
+                s.deletions,
+                s.insertions,
+                s.word_errors,
+                s.ref_chars,
+                s.char_errors,
+            ]
+            writer.writerow([*row, *(s.fields.get(k, "") for k in slice_fields)])
+
+
+def format_alignments(scores: Iterable[UtteranceScore], header: str = "") -> str:
+    """Readable alignments of the utterances with word errors, separated by blank lines."""
+    blocks = [header.rstrip("\n")] if header else []
+    for s in scores:
+        if s.word_errors:
+            blocks.append(
+                f"{s.id}\n{s.alignment}\nS={s.substitutions} D={s.deletions} I={s.insertions}"
+            )
+    return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def write_alignments(scores: Iterable[UtteranceScore], path: Pathlike, header: str = "") -> None:
+    """Atomically write :func:`format_alignments` of ``scores`` to ``path``."""
+    write_text(path, format_alignments(scores, header))
