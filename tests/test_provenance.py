@@ -302,3 +302,48 @@ def test_library_and_package_versions() -> None:
     assert versions["snakemake"] is not None
     versions["python"] = "mutated"
     assert package_versions()["python"] != "mutated"
+
+
+def test_slurm_job_is_read_from_the_environment_only_inside_a_job() -> None:
+    assert provenance.slurm_job({"CUDA_VISIBLE_DEVICES": "0", "SLURM_CONF": "/x"}) is None
+    env = {
+        "SLURM_JOB_ID": "17",
+        "SLURM_ARRAY_TASK_ID": "3",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_PARTITION": "gpu",
+        "SLURM_JOB_NODELIST": "node[01-02]",
+        "SLURM_GPUS": "a100:1",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "HOME": "/root",
+    }
+    assert provenance.slurm_job(env) == {
+        "job_id": "17",
+        "array_task_id": "3",
+        "step_id": "0",
+        "partition": "gpu",
+        "nodelist": "node[01-02]",
+        "gpus": "a100:1",
+        "cuda_visible_devices": "0",
+    }
+
+
+def test_record_names_the_slurm_job_it_ran_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("in.txt").write_text("x\n")
+    now = datetime.now(UTC)
+    kwargs = dict(
+        rule="toy", inputs={"i": ["in.txt"]}, outputs={}, params={}, script=None,
+        started=now, finished=now, hash_cache=None,
+    )  # fmt: skip
+    for var in list(os.environ):
+        if var.startswith("SLURM_"):
+            monkeypatch.delenv(var)
+    assert "slurm" not in build_record(**kwargs)["host"]
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "debug")
+    record = build_record(**kwargs)
+    assert record["host"]["slurm"] == {"job_id": "123", "partition": "debug"}
+    write_record("in.txt.prov.json", record)
+    assert verify(["in.txt.prov.json"]) == []

@@ -12,7 +12,11 @@ Record layout (``schema`` ``asrflow.provenance/1``)::
      "inputs": {name: {path: sha256}}, "outputs": {...}, "extra_inputs": {...},
      "directories": [paths hashed as trees with hashing.sha256_tree],
      "params", "code": {"git": {"commit", "dirty"}, "script": {"path", "sha256"} | null,
-     "library_sha256"}, "packages", "host": {"hostname", "platform"}, "started", "finished"}
+     "library_sha256"}, "packages", "host": {"hostname", "platform", ["slurm"]},
+     "started", "finished"}
+
+``host.slurm`` is there only for a step that ran inside a SLURM job: the job ID, array task, step,
+partition, nodes and GPUs it was given (:func:`slurm_job`).
 
 Paths are stored as given (relative to the workflow directory). At verification they are
 resolved against the directory that holds ``record_path`` (so a moved workflow still verifies),
@@ -110,6 +114,37 @@ def _package_versions() -> tuple[tuple[str, str | None], ...]:
 def package_versions() -> dict[str, str | None]:
     """Versions of Python and the key packages (``None`` when not installed); cached."""
     return dict(_package_versions())
+
+
+SLURM_FIELDS = {
+    "job_id": "SLURM_JOB_ID",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "step_id": "SLURM_STEP_ID",
+    "job_name": "SLURM_JOB_NAME",
+    "cluster": "SLURM_CLUSTER_NAME",
+    "partition": "SLURM_JOB_PARTITION",
+    "account": "SLURM_JOB_ACCOUNT",
+    "nodelist": "SLURM_JOB_NODELIST",
+    "cpus_on_node": "SLURM_CPUS_ON_NODE",
+    "gpus": "SLURM_GPUS",
+    "job_gpus": "SLURM_JOB_GPUS",
+    "cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
+    "restart_count": "SLURM_RESTART_COUNT",
+}  # record key -> environment variable
+"""What :func:`slurm_job` records of the SLURM environment (each only when set)."""
+
+
+def slurm_job(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The SLURM job this process runs in, from its ``SLURM_*`` variables; ``None`` outside one.
+
+    >>> slurm_job({"SLURM_JOB_ID": "42", "SLURM_JOB_PARTITION": "gpu", "CUDA_VISIBLE_DEVICES": "0"})
+    {'job_id': '42', 'partition': 'gpu', 'cuda_visible_devices': '0'}
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("SLURM_JOB_ID"):
+        return None
+    return {key: env[var] for key, var in SLURM_FIELDS.items() if var in env}
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -212,6 +247,9 @@ def build_record(
     }
     record["packages"] = package_versions()
     record["host"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
+    slurm = slurm_job()
+    if slurm is not None:
+        record["host"]["slurm"] = slurm
     record["started"] = started.isoformat()
     record["finished"] = finished.isoformat()
     return record
