@@ -1,0 +1,1 @@
+"""Reports: the comparison table of runs, artifacts and eval sets, and its figures."""

@@ -1,0 +1,580 @@
+"""The comparison table: every run x artifact x eval set, with the hashes that say what it was.
+
+Inputs are the JSON summaries other rules write:
+
+- train summaries (``results/runs/<run>/train/summary.json``): status, error, update budget,
+  hashes of data, tokenizer, recipe and start weights;
+- eval summaries (``results/runs/<run>/eval/<artifact>/<eval_set>/summary.json``, schema
+  ``asrflow.eval/1``): pooled counts and rates of :func:`asrflow.evaluate.scoring.pooled`, the
+  scoring contract's sha256, decoding settings and speed;
+- selections (``results/runs/<run>/selected.json``): the chosen artifact of each run;
+- archived eval summaries: results of earlier data or model revisions, kept by artifact hash
+  (:func:`archive_eval_summary`, :func:`load_archive`).
+
+Results scored under different contracts (or on different eval cuts) are never ranked together:
+``rank`` is computed within one ``(eval_set, eval_cuts_sha256, contract_sha256)`` group of current
+rows, and :func:`check_contracts` says in words when there is more than one group per eval set.
+
+Example::
+
+    df = comparison_table(train, evals, selections, archived=load_archive(archive_dir))
+    write_report_tables(df, "report/comparison.csv", "report/comparison.md",
+                        "report/comparison.html")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from asrflow.errors import AsrflowError
+from asrflow.io import write_json, write_text
+from asrflow.types import Pathlike
+
+NONE = "-"
+"""Artifact and eval set of a row that has no evaluation (a failed or unevaluated run)."""
+
+ERROR_CHARS = 200
+"""Longest error text kept in the table (first line of the train summary's error)."""
+
+SHORT = 12
+"""Hex digits of a hash shown in the Markdown and HTML tables (the CSV keeps all 64)."""
+
+METRICS = ("wer", "cer", "sentence_error_rate", "rtf")
+COUNTS = (
+    "substitutions",
+    "deletions",
+    "insertions",
+    "word_errors",
+    "num_utterances",
+    "ref_words",
+    "ref_chars",
+    "char_errors",
+)
+HASHES = (
+    "artifact_sha256",
+    "eval_cuts_sha256",
+    "contract_sha256",
+    "data_sha256",
+    "tokenizer_sha256",
+    "recipe_sha256",
+    "start_weights_sha256",
+)
+COLUMNS = (
+    "run",
+    "artifact",
+    "eval_set",
+    "wer",
+    "cer",
+    "rank",
+    "selected",
+    "status",
+    "error",
+    "current",
+    *COUNTS,
+    "sentence_error_rate",
+    "rtf",
+    "audio_seconds",
+    "decode_seconds",
+    "dtype",
+    "decoding",
+    "device",
+    "evaluated_at",
+    *HASHES,
+    "effective_batch_seconds",
+    "update_budget",
+    "steps",
+    "epochs",
+    "num_parameters",
+    "precision",
+    "world_size",
+)
+"""Columns of :func:`comparison_table`, in order."""
+
+ARCHIVE_KEY = ("artifact_sha256", "eval_set", "eval_cuts_sha256", "contract_sha256")
+"""What makes two eval summaries the same result: same model bytes, eval cuts and contract."""
+
+_BUDGET_KEYS = ("max_steps", "optimizer_steps", "max_epochs", "max_audio_seconds")
+
+
+# --- building the table ------------------------------------------------------------------------
+
+
+def data_fingerprint(train_cuts: Mapping[str, str] | None) -> str | None:
+    """One SHA-256 over the content hashes of a run's training manifests (paths ignored).
+
+    Two runs trained on the same manifests get the same fingerprint even if the files moved.
+    """
+    if not train_cuts:
+        return None
+    joined = "\n".join(sorted(str(v) for v in train_cuts.values()))
+    return hashlib.sha256(joined.encode("ascii")).hexdigest()
+
+
+def budget_text(budget: Mapping[str, Any] | None) -> str | None:
+    """A compact text of a run's update budget: ``"optimizer_steps=2400"``.
+
+    The step/epoch/audio limits are shown when present; otherwise every key, sorted.
+    """
+    if not budget:
+        return None
+    keys = [k for k in _BUDGET_KEYS if k in budget] or sorted(budget)
+    return ", ".join(f"{k}={_compact(budget[k])}" for k in keys)
+
+
+def decoding_text(decoding: Mapping[str, Any] | str | None) -> str | None:
+    """Short text of decoding settings: ``"greedy_ctc"``, ``"beam beam_size=10 lm_weight=0.3"``."""
+    if decoding is None or isinstance(decoding, str):
+        return decoding
+    mode = str(decoding.get("mode", "?"))
+    rest = [
+        f"{k}={_compact(v)}"
+        for k, v in sorted(decoding.items())
+        if k != "mode" and (v is None or isinstance(v, str | int | float | bool))
+    ]
+    return " ".join([mode, *rest])
+
+
+def first_line(error: str | None, limit: int = ERROR_CHARS) -> str | None:
+    """The first non-empty line of ``error``, cut to ``limit`` characters (ending in "...")."""
+    if not error:
+        return None
+    line = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _train_columns(train: Mapping[str, Any] | None) -> dict[str, Any]:
+    if train is None:
+        return {"status": "unknown"}
+    hashes = train.get("hashes") or {}
+    return {
+        "status": train.get("status", "unknown"),
+        "error": first_line(train.get("error")),
+        "data_sha256": data_fingerprint(hashes.get("train_cuts")),
+        "tokenizer_sha256": hashes.get("bpe_model"),
+        "recipe_sha256": hashes.get("recipe"),
+        "start_weights_sha256": hashes.get("start_weights"),
+        "effective_batch_seconds": train.get("effective_batch_seconds"),
+        "update_budget": budget_text(train.get("update_budget")),
+        "steps": train.get("steps"),
+        "epochs": train.get("epochs"),
+        "num_parameters": train.get("num_parameters"),
+        "precision": train.get("precision"),
+        "world_size": train.get("world_size"),
+    }
+
+
+def _eval_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
+    row = {k: summary.get(k) for k in ("run", "artifact", "eval_set", *METRICS, *COUNTS)}
+    row.update({k: summary.get(k) for k in ARCHIVE_KEY})
+    row.update(
+        {
+            "audio_seconds": summary.get("audio_seconds"),
+            "decode_seconds": summary.get("decode_seconds"),
+            "dtype": summary.get("dtype"),
+            "decoding": decoding_text(summary.get("decoding")),
+            "device": summary.get("device"),
+            "evaluated_at": summary.get("evaluated_at"),
+        }
+    )
+    return row
+
+
+def _is_selected(summary: Mapping[str, Any], selection: Mapping[str, Any] | None) -> bool:
+    """The row is the run's selected artifact (and, where known, the same bytes)."""
+    if not selection or summary.get("artifact") != selection.get("selected"):
+        return False
+    chosen = (selection.get("candidates") or {}).get(selection.get("selected")) or {}
+    sha = chosen.get("artifact_sha256")
+    return sha is None or sha == summary.get("artifact_sha256")
+
+
+def _key(summary: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(summary.get(k) for k in ARCHIVE_KEY)
+
+
+def comparison_table(
+    train_summaries: Mapping[str, Mapping[str, Any]],
+    eval_summaries: Sequence[Mapping[str, Any]],
+    selections: Mapping[str, Mapping[str, Any]],
+    archived: Sequence[Mapping[str, Any]] = (),
+) -> pd.DataFrame:
+    """One row per run x artifact x eval set (columns :data:`COLUMNS`), sorted by those three.
+
+    - Current rows (``current=True``) come from ``eval_summaries`` and carry their run's train
+      columns (status, hashes, budget).
+    - A run whose training failed, or that has no evaluation, gets one row with artifact and
+      eval set ``"-"``, its status and error (first line, at most 200 characters), no metrics.
+    - ``archived`` summaries whose :data:`ARCHIVE_KEY` equals a current one (or an earlier archived
+      one) are dropped; the rest are kept with ``current=False`` and *without* train columns: the
+      current train summary describes a different revision of the model.
+    - ``selected``: the artifact is ``selections[run]["selected"]`` (same bytes where the selection
+      records its hash).
+    - ``rank``: 1 = lowest WER among current rows with the same eval set, eval cuts and scoring
+      contract; never across contracts.
+    """
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    evaluated: set[str] = set()
+    for summary in eval_summaries:
+        run = summary.get("run")
+        evaluated.add(run)
+        seen.add(_key(summary))
+        row = _eval_columns(summary)
+        row.update(_train_columns(train_summaries.get(run)))
+        row["current"] = True
+        row["selected"] = _is_selected(summary, selections.get(run))
+        rows.append(row)
+    for run, train in train_summaries.items():
+        if run not in evaluated:
+            row = {"run": run, "artifact": NONE, "eval_set": NONE, "current": True}
+            row.update(_train_columns(train))
+            row["selected"] = False
+            rows.append(row)
+    for summary in archived:
+        if _key(summary) in seen:
+            continue
+        seen.add(_key(summary))
+        row = _eval_columns(summary)
+        row.update(current=False, selected=_is_selected(summary, selections.get(row["run"])))
+        rows.append(row)
+    return _frame(rows)
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    for col in (*METRICS, "audio_seconds", "decode_seconds", "effective_batch_seconds"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    for col in (*COUNTS, "steps", "epochs", "num_parameters", "world_size"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    for col in HASHES:  # text even where every value is missing (e.g. no start weights)
+        df[col] = df[col].astype(object)
+    for col in ("selected", "current"):
+        df[col] = df[col].fillna(False).astype(bool)
+    df["rank"] = _ranks(df)
+    df = df.sort_values(
+        ["run", "eval_set", "artifact", "current"],
+        ascending=[True, True, True, False],
+        kind="stable",
+    )
+    return df.reset_index(drop=True)
+
+
+def _ranks(df: pd.DataFrame) -> pd.Series:
+    ranked = df["current"].astype(bool) & df["wer"].notna() & (df["eval_set"] != NONE)
+    groups = df[ranked].groupby(
+        ["eval_set", "eval_cuts_sha256", "contract_sha256"], dropna=False, sort=False
+    )
+    rank = groups["wer"].rank(method="min")
+    return rank.reindex(df.index).astype("Int64")
+
+
+def check_contracts(df: pd.DataFrame) -> list[str]:
+    """Notes on current results that must not be compared: one line per problem, [] if none.
+
+    More than one scoring contract among current rows (in total, or within one eval set), or one
+    eval set evaluated on different cuts, each gets a line naming the hashes.
+    """
+    cur = df[df["current"] & (df["eval_set"] != NONE)]
+    notes = []
+    contracts = sorted(cur["contract_sha256"].dropna().unique())
+    if len(contracts) > 1:
+        notes.append(
+            f"current results were scored under {len(contracts)} different contracts "
+            f"({', '.join(c[:SHORT] for c in contracts)}); WER/CER are comparable, and ranked, "
+            "only within one contract"
+        )
+    for eval_set, group in cur.groupby("eval_set", sort=True):
+        per_set = sorted(group["contract_sha256"].dropna().unique())
+        if len(per_set) > 1:
+            notes.append(
+                f"eval set {eval_set}: {len(per_set)} scoring contracts "
+                f"({', '.join(c[:SHORT] for c in per_set)}); re-evaluate under one contract "
+                "before comparing"
+            )
+        cuts = sorted(group["eval_cuts_sha256"].dropna().unique())
+        if len(cuts) > 1:
+            notes.append(
+                f"eval set {eval_set}: evaluated on {len(cuts)} different cut manifests "
+                f"({', '.join(c[:SHORT] for c in cuts)}); ranked separately"
+            )
+    return notes
+
+
+# --- writing the tables ------------------------------------------------------------------------
+
+
+def _pct(value: Any) -> str:
+    return "" if _missing(value) else f"{100 * float(value):.2f}"
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "" if _missing(value) else f"{float(value):.{digits}f}"
+
+
+def _short(value: Any) -> str:
+    return "" if _missing(value) else str(value)[:SHORT]
+
+
+def _text(value: Any) -> str:
+    return "" if _missing(value) else str(value)
+
+
+def _missing(value: Any) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def display_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The readable subset of :func:`comparison_table`: percentages, short hashes, text cells."""
+    out = pd.DataFrame(
+        {
+            "run": df["run"].map(_text),
+            "artifact": df["artifact"].map(_text),
+            "eval set": df["eval_set"].map(_text),
+            "WER %": df["wer"].map(_pct),
+            "CER %": df["cer"].map(_pct),
+            "rank": df["rank"].map(_text),
+            "selected": df["selected"].map(lambda s: "yes" if s else ""),
+            "status": df["status"].map(_text),
+            "current": df["current"].map(lambda c: "" if c else "archived"),
+            "RTF": df["rtf"].map(_num),
+            "decoding": df["decoding"].map(_text),
+            "artifact sha": df["artifact_sha256"].map(_short),
+            "data sha": df["data_sha256"].map(_short),
+            "tokenizer sha": df["tokenizer_sha256"].map(_short),
+            "contract sha": df["contract_sha256"].map(_short),
+            "budget": df["update_budget"].map(_text),
+        }
+    )
+    return out.reset_index(drop=True)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A GitHub pipe table of string cells (no ``tabulate`` needed)."""
+    header = "| " + " | ".join(_md_cell(str(c)) for c in table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = [
+        "| " + " | ".join(_md_cell(_text(v)) for v in row) + " |"
+        for row in table.itertuples(index=False)
+    ]
+    return "\n".join([header, rule, *body])
+
+
+def report_markdown(df: pd.DataFrame) -> str:
+    """The comparison as Markdown: contract line or warnings, results, failed runs, archive."""
+    lines = ["# Model comparison", ""]
+    notes = check_contracts(df)
+    contracts = sorted(df.loc[df["current"], "contract_sha256"].dropna().unique())
+    if notes:
+        lines += ["> **Warning: results below are not all comparable.**", ">"]
+        lines += [f"> - {n}" for n in notes]
+        lines.append("")
+    elif contracts:
+        lines += [f"Scoring contract: `{contracts[0]}` (all current results).", ""]
+    current = df[df["current"] & (df["eval_set"] != NONE)]
+    lines += ["## Results", ""]
+    if current.empty:
+        lines += ["No evaluation results.", ""]
+    else:
+        view = display_table(current).drop(columns=["current"])
+        lines += [markdown_table(view), "", "WER and CER pool errors over all utterances.", ""]
+    failed = df[df["status"] == "failed"].drop_duplicates("run")
+    if not failed.empty:
+        lines += ["## Failed runs", ""]
+        lines += [
+            f"- **{r.run}**: {_md_cell(_text(r.error)) or 'no error message recorded'}"
+            for r in failed.itertuples()
+        ]
+        lines.append("")
+    pending = df[df["current"] & (df["eval_set"] == NONE) & (df["status"] != "failed")]
+    if not pending.empty:
+        lines += ["## Not evaluated", ""]
+        lines += [f"- {r.run} (status {_text(r.status)})" for r in pending.itertuples()]
+        lines.append("")
+    archived = df[~df["current"]]
+    if not archived.empty:
+        lines += ["## Earlier revisions (archived)", ""]
+        lines += [
+            "Results of models or eval data that are no longer current, kept by artifact hash.",
+            "",
+        ]
+        view = display_table(archived).drop(
+            columns=["rank", "status", "current", "data sha", "tokenizer sha", "budget"]
+        )
+        lines += [markdown_table(view), ""]
+    return "\n".join(lines)
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 1.5em; }
+table.asrflow { border-collapse: collapse; font-size: 0.9em; }
+table.asrflow th, table.asrflow td { border: 1px solid #ccc; padding: 3px 8px; }
+table.asrflow th { background: #f0f0f0; }
+table.asrflow tr.selected td { background: #e3f4e1; font-weight: bold; }
+table.asrflow tr.failed td { background: #fbe4e4; }
+table.asrflow tr.archived td { color: #777; }
+.warning { background: #fff4ce; border: 1px solid #e0c060; padding: 0.5em 1em; }
+"""
+
+
+def report_html(df: pd.DataFrame) -> str:
+    """The comparison as one HTML page; selected rows highlighted, failed and archived marked."""
+    view = display_table(df)
+    view["error"] = df["error"].map(_text).reset_index(drop=True)
+    table = view.to_html(index=False, classes="asrflow", border=0, escape=True, na_rep="")
+    head, sep, body = table.partition("<tbody>")
+    parts = body.split("<tr>")
+    classes = []
+    for r in df.itertuples(index=False):
+        cls = []
+        if r.selected:
+            cls.append("selected")
+        if r.status == "failed":
+            cls.append("failed")
+        if not r.current:
+            cls.append("archived")
+        classes.append(" ".join(cls))
+    if len(parts) - 1 != len(classes):  # pragma: no cover - pandas changed its markup
+        raise RuntimeError("unexpected pandas to_html markup; cannot mark rows")
+    body = parts[0] + "".join(
+        (f'<tr class="{c}">' if c else "<tr>") + p for c, p in zip(classes, parts[1:], strict=True)
+    )
+    notes = check_contracts(df)
+    contracts = sorted(df.loc[df["current"], "contract_sha256"].dropna().unique())
+    if notes:
+        intro = '<div class="warning"><b>Not all results are comparable.</b><ul>' + "".join(
+            f"<li>{html.escape(n)}</li>" for n in notes
+        )
+        intro += "</ul></div>"
+    elif contracts:
+        intro = f"<p>Scoring contract: <code>{html.escape(contracts[0])}</code></p>"
+    else:
+        intro = ""
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
+        f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
+        "<p>WER and CER pool errors over all utterances.</p>\n</body>\n</html>\n"
+    )
+
+
+def write_report_tables(
+    df: pd.DataFrame, csv_path: Pathlike, md_path: Pathlike, html_path: Pathlike
+) -> None:
+    """Atomically write the table as CSV (every column, full hashes), Markdown and HTML."""
+    write_text(csv_path, df.to_csv(index=False, lineterminator="\n"))
+    write_text(md_path, report_markdown(df))
+    write_text(html_path, report_html(df))
+
+
+# --- archive of earlier results ----------------------------------------------------------------
+
+
+def archive_name(summary: Mapping[str, Any]) -> str:
+    """``<artifact_sha256[:16]>.<eval_set>.<eval_cuts_sha256[:12]>.<contract_sha256[:12]>.json``."""
+    missing = [k for k in ARCHIVE_KEY if not summary.get(k)]
+    if missing:
+        raise AsrflowError(
+            f"eval summary of run {summary.get('run')!r}, artifact {summary.get('artifact')!r} "
+            f"lacks {', '.join(missing)}; it cannot be archived (re-run the evaluation)"
+        )
+    eval_set = str(summary["eval_set"])
+    if "/" in eval_set or "\\" in eval_set or eval_set.startswith("."):
+        raise AsrflowError(f"eval set name {eval_set!r} cannot be part of a file name")
+    return (
+        f"{summary['artifact_sha256'][:16]}.{eval_set}."
+        f"{summary['eval_cuts_sha256'][:12]}.{summary['contract_sha256'][:12]}.json"
+    )
+
+
+def archive_eval_summary(summary: Mapping[str, Any], archive_dir: Pathlike) -> Path:
+    """Keep ``summary`` in ``archive_dir`` under :func:`archive_name`; returns its path.
+
+    The same result written again leaves the file untouched (same bytes, same mtime). A summary
+    with the same key but other content (a re-evaluation of the same model bytes on the same cuts
+    under the same contract, e.g. with new timings) replaces it.
+    """
+    path = Path(archive_dir) / archive_name(summary)
+    write_json(path, dict(summary))
+    return path
+
+
+def load_archive(archive_dir: Pathlike) -> list[dict[str, Any]]:
+    """Every archived eval summary in ``archive_dir`` (sorted by file name); [] if none."""
+    root = Path(archive_dir)
+    if not root.is_dir():
+        return []
+    out = []
+    for path in sorted(root.glob("*.json")):
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as e:
+            raise AsrflowError(f"{path}: not a readable JSON eval summary ({e}); delete it") from e
+    return out
+
+
+# --- slices ----------------------------------------------------------------------------------
+
+
+def slice_table(
+    eval_summaries: Sequence[Mapping[str, Any]], eval_set: str | None = None
+) -> pd.DataFrame:
+    """Long table of per-slice results: run, artifact, eval_set, field, value, wer, ... .
+
+    With ``eval_set`` only that eval set's summaries are used.
+    """
+    rows = []
+    for s in eval_summaries:
+        if eval_set is not None and s.get("eval_set") != eval_set:
+            continue
+        for field, values in (s.get("slices") or {}).items():
+            for value, p in values.items():
+                rows.append(
+                    {
+                        "run": s.get("run"),
+                        "artifact": s.get("artifact"),
+                        "eval_set": s.get("eval_set"),
+                        "contract_sha256": s.get("contract_sha256"),
+                        "field": field,
+                        "value": value,
+                        "wer": p.get("wer"),
+                        "cer": p.get("cer"),
+                        "num_utterances": p.get("num_utterances"),
+                        "ref_words": p.get("ref_words"),
+                    }
+                )
+    columns = [
+        "run",
+        "artifact",
+        "eval_set",
+        "contract_sha256",
+        "field",
+        "value",
+        "wer",
+        "cer",
+        "num_utterances",
+        "ref_words",
+    ]
+    df = pd.DataFrame(rows, columns=columns)
+    for col in ("wer", "cer"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    return df
