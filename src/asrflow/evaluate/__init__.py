@@ -1,0 +1,1 @@
+"""Standalone evaluation of exported model packages: decoding and the scoring contract."""
