@@ -4,6 +4,14 @@ ESPnet's ``ESPnetASRModel.forward`` returns its loss averaged over *utterances*,
 grows with tokens per utterance and a length-mixed batch swings it. By default the module turns
 that into a loss per target token (:mod:`asrflow.train.loss`, global token count under DDP).
 
+A batch whose loss is NaN/inf is skipped (no backward, no update, on every rank together);
+``diagnostics.max_consecutive_nonfinite`` such batches in a row stop the run with
+:class:`~asrflow.train.failures.TrainingDiverged`.
+
+Under DDP each rank trains on its shard of the batches and validates its shard of the dev set;
+validation sums (loss, errors, words) are reduced over the ranks and the dev transcripts gathered,
+so rank 0 logs and writes the metrics of the whole dev set.
+
 Logged every step: ``train/loss`` (the optimized value), ``train/loss_per_token``,
 ``train/batch_tokens``, ``train/batch_utterances``, ``train/batch_audio_seconds``,
 ``train/padding_ratio``, ``train/grad_norm`` (before clipping) and the learning rate (by
@@ -21,10 +29,13 @@ from typing import Any
 import jiwer
 import lightning as L
 import torch
+import torch.distributed as dist
 from lightning.pytorch.utilities import grad_norm
 
+from asrflow.errors import AsrflowError
 from asrflow.train.diagnostics import Diagnostics
-from asrflow.train.loss import global_token_count, normalize_loss, per_token
+from asrflow.train.failures import NonFiniteGuard
+from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.recipe import Recipe
 from asrflow.train.resume import SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
@@ -68,26 +79,59 @@ class AsrModule(L.LightningModule):
         self.diagnostics = diagnostics
         self._valid = self._empty_valid()
         self.train_sampler = train_sampler
+        self.nonfinite = NonFiniteGuard(recipe.diagnostics.max_consecutive_nonfinite)
         self._batches_in_epoch = 0
         self._resumed_batches = 0
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    def setup(self, stage: str) -> None:
+        """Check that the train sampler is sharded for this process's rank (the Trainer does
+        not replace it: ``use_distributed_sampler=False``)."""
+        sampler = getattr(self.train_sampler, "sampler", None)
+        if sampler is None or self._trainer is None:
+            return
+        shard = (getattr(sampler, "world_size", 1), getattr(sampler, "rank", 0))
+        if shard != (self.trainer.world_size, self.trainer.global_rank):
+            raise AsrflowError(
+                f"the train sampler is sharded for rank {shard[1]} of {shard[0]} but this process "
+                f"is rank {self.trainer.global_rank} of {self.trainer.world_size}: ranks would "
+                "train on the same batches; the launcher is not one asrflow supports (use the "
+                "ddp strategy under srun, torchrun or Lightning's own launcher, not ddp_spawn)"
+            )
 
     # --- exact resume: batches of the current epoch already trained on ---------------------
 
     def on_train_epoch_start(self) -> None:
         self._batches_in_epoch, self._resumed_batches = self._resumed_batches, 0
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # counted at the start: a checkpoint taken at this batch's end by a callback (whose
+        # on_train_batch_end runs before the module's) must count it as consumed
         self._batches_in_epoch += 1
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["asrflow_data"] = {
             "epoch": self.current_epoch,
             "batches_in_epoch": self._batches_in_epoch,
+            "world_size": self._world_size(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("asrflow_data") or {}
-        self._resumed_batches = int(state.get("batches_in_epoch", 0))
+        batches = int(state.get("batches_in_epoch", 0))
+        saved_world, world = int(state.get("world_size", 1)), self._world_size()
+        if saved_world != world:
+            log.warning(
+                "resuming on %d process(es) a run checkpointed on %d: each rank skips %d "
+                "batch(es) of the epoch, an approximation of where it stopped",
+                world,
+                saved_world,
+                batches * saved_world // world,
+            )
+            batches = batches * saved_world // world
+        self._resumed_batches = batches
         if self.train_sampler is not None:
             self.train_sampler.skip = self._resumed_batches
 
@@ -98,28 +142,33 @@ class AsrModule(L.LightningModule):
             batch["speech"], batch["speech_lengths"], batch["text"].clone(), batch["text_lengths"]
         )
 
-    def _loss(self, loss_utt: torch.Tensor, batch: Mapping[str, Any]) -> torch.Tensor:
-        num_utts = len(batch["ids"])
-        num_tokens = int(batch["num_tokens"])
-        world = self.trainer.world_size if self._trainer is not None else 1
-        global_tokens = (
-            global_token_count(num_tokens, loss_utt.device)
-            if self.recipe.loss.normalization == "token"
-            else None
-        )
-        return normalize_loss(
-            self.recipe.loss.normalization,
+    def _all_sum(self, values: list[int], device: torch.device) -> list[int]:
+        """``values`` summed over the ranks (one all-reduce; unchanged without DDP)."""
+        if self._world_size() == 1 or not (dist.is_available() and dist.is_initialized()):
+            return list(values)
+        t = torch.tensor(values, dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return [int(x) for x in t.tolist()]
+
+    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor | None:
+        loss_utt, _, _ = self(batch)
+        num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
+        finite = bool(torch.isfinite(loss_utt.detach()).all())
+        # one collective for both: the global token count and whether any rank's loss is bad
+        global_tokens, nonfinite = self._all_sum([num_tokens, int(not finite)], loss_utt.device)
+        if nonfinite:
+            self.nonfinite.observe(self.global_step, batch["ids"])  # raises when diverged
+            return None  # every rank skips this update together
+        self.nonfinite.reset()
+        mode = self.recipe.loss.normalization
+        loss = normalize_loss(
+            mode,
             loss_utt,
             num_utterances=num_utts,
             num_tokens=num_tokens,
-            world_size=world,
-            global_num_tokens=global_tokens,
+            world_size=self._world_size(),
+            global_num_tokens=global_tokens if mode == "token" else None,
         )
-
-    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
-        loss_utt, _, _ = self(batch)
-        loss = self._loss(loss_utt, batch)
-        num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
         loss_per_token = float(per_token(loss_utt.detach(), num_utts, num_tokens))
         self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=num_utts)
         self.log_dict(
@@ -197,8 +246,12 @@ class AsrModule(L.LightningModule):
             dtype=torch.float64,
             device=self.device,
         )
-        if self._trainer is not None and self.trainer.world_size > 1:
+        hyps = v["hyps"]
+        if self._world_size() > 1:
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+            shards: list[Any] = [None] * self._world_size()
+            dist.all_gather_object(shards, hyps)
+            hyps = {utt: hyp for shard in shards for utt, hyp in shard.items()}
         loss_sum, tokens, errors, words, char_errors, chars = totals.tolist()
         metrics = {
             "valid/loss": loss_sum / max(tokens, 1.0),
@@ -206,5 +259,9 @@ class AsrModule(L.LightningModule):
             "valid/cer": char_errors / max(chars, 1.0),
         }
         self.log_dict(metrics, prog_bar=True, sync_dist=False)
-        if self.diagnostics is not None and not self.trainer.sanity_checking:
-            self.diagnostics.on_validation(self.global_step, v["hyps"], self.references, metrics)
+        if (
+            self.diagnostics is not None
+            and not self.trainer.sanity_checking
+            and self.trainer.is_global_zero
+        ):
+            self.diagnostics.on_validation(self.global_step, hyps, self.references, metrics)

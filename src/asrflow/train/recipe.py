@@ -144,12 +144,17 @@ class Criterion:
 
 @dataclass(frozen=True)
 class DiagnosticsConfig:
-    """Training diagnostics (``diagnostics:``)."""
+    """Training diagnostics (``diagnostics:``).
+
+    ``max_consecutive_nonfinite``: batches in a row whose loss is NaN/inf (each skipped without
+    an update) after which the run stops as diverged (``failure: diverged`` in its summary).
+    """
 
     num_decode_utterances: int = 8
     spike_factor: float = 5.0
     spike_window: int = 50
     blank_warning_after_warmup: bool = True
+    max_consecutive_nonfinite: int = 3
 
 
 DEFAULT_CRITERIA = (Criterion("valid/loss", 3, "min"), Criterion("valid/wer", 2, "min"))
@@ -384,6 +389,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "diagnostics.num_decode_utterances": _NON_NEGATIVE,
     "diagnostics.spike_factor": (lambda v: v > 1, "> 1"),
     "diagnostics.spike_window": _POSITIVE_INT,
+    "diagnostics.max_consecutive_nonfinite": _POSITIVE_INT,
 }
 """Range checks of single settings; cross-checks are in :func:`check_recipe`."""
 

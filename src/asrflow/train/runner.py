@@ -5,8 +5,20 @@ Snakemake deletes a failed job's outputs before rerunning it, and a killed or pr
 find its checkpoints again. A rerun resumes from ``<work>/checkpoints/last.ckpt`` (weights,
 optimizer, scheduler, global step and the position in the epoch's batch order). When training
 finishes, the kept checkpoints, logs and diagnostics are linked into the declared output
-directory and the summary is written; a failure writes ``<work>/summary.json`` with the error
-before the job fails, so failed runs stay visible.
+directory and the summary is written.
+
+How a run can end (:mod:`asrflow.train.failures`):
+
+- ``status: completed``: checkpoints, logs and diagnostics in the output directory;
+- ``status: failed`` with ``failure: diverged`` or ``out_of_memory``: a result of the recipe. The
+  summary goes to the declared summary file, to ``<work>/summary.json`` and (a copy) into the
+  otherwise empty output directory, and :func:`train_run` *returns*, so the job succeeds and
+  the failed run is listed beside the others;
+- ``status: preempted`` (SIGTERM): ``last.ckpt`` is saved, ``<work>/summary.json`` written and
+  :class:`~asrflow.train.failures.TrainingPreempted` raised, so the job fails and its retry
+  resumes;
+- ``status: failed`` with ``failure: null`` (any other exception, Ctrl-C): ``<work>/summary.json``
+  is written and the exception re-raised, so the job fails and can be retried.
 """
 
 from __future__ import annotations
@@ -26,9 +38,17 @@ from typing import Any
 import torch
 
 from asrflow.data.cuts import load_cuts, text
+from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import write_json
 from asrflow.text import TextNormalization, normalize
+from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster
+from asrflow.train.failures import (
+    OUT_OF_MEMORY,
+    PreemptionCheckpoint,
+    TrainingPreempted,
+    result_failure,
+)
 from asrflow.train.recipe import (
     Recipe,
     check_recipe,
@@ -100,8 +120,13 @@ def _load_train_cuts(spec: RunSpec, recipe: Recipe):
     return mux_cuts(sets, weights, seed=recipe.batching.seed).to_eager()
 
 
-def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, Any]:
-    """Model, module, data loaders, callbacks and loggers for a run (no training yet)."""
+def build_trainer_parts(
+    spec: RunSpec, recipe: Recipe, work: Path, *, world_size: int = 1, rank: int = 0
+) -> dict[str, Any]:
+    """Model, module, data loaders, callbacks and loggers for a run (no training yet).
+
+    The train and dev samplers are sharded for ``rank`` of ``world_size`` processes (the
+    Trainer's ``use_distributed_sampler`` is off: Lhotse's samplers shard by batch)."""
     import lightning as L
     from lhotse.dataset import SimpleCutSampler
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -132,7 +157,9 @@ def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, 
     sample_rate = model_sample_rate(args.frontend_conf)
     dataset = AsrDataset(encoder, sample_rate=sample_rate)
     workers = recipe.batching.num_workers
-    train_sampler = SkippingSampler(make_sampler(train, recipe.batching))
+    train_sampler = SkippingSampler(
+        make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
+    )
     train_loader = DataLoader(
         dataset,
         batch_size=None,
@@ -140,7 +167,13 @@ def build_trainer_parts(spec: RunSpec, recipe: Recipe, work: Path) -> dict[str, 
         num_workers=workers,
         persistent_workers=workers > 0,
     )
-    dev_sampler = SimpleCutSampler(dev, max_duration=recipe.batching.max_duration, shuffle=False)
+    dev_sampler = SimpleCutSampler(
+        dev,
+        max_duration=recipe.batching.max_duration,
+        shuffle=False,
+        world_size=world_size,
+        rank=rank,
+    )
     dev_loader = DataLoader(dataset, batch_size=None, sampler=dev_sampler, num_workers=0)
 
     references = {c.id: normalize(text(c), norm) for c in dev}
@@ -198,6 +231,45 @@ def _link_tree(src: Path, dst: Path) -> None:
             shutil.copy2(path, target)
 
 
+def _progress(trainer: Any, parts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Steps and epochs reached, and batches skipped for a non-finite loss."""
+    module = (parts or {}).get("module")
+    return {
+        "steps": trainer.global_step if trainer is not None else None,
+        "epochs": trainer.current_epoch if trainer is not None else None,
+        "nonfinite_batches": module.nonfinite.total if module is not None else None,
+    }
+
+
+def _write_result_failure(
+    summary: Mapping[str, Any], work: Path, out: Path, summary_path: Pathlike
+) -> None:
+    """A failed run's outputs: the summary, and an output directory holding only its copy."""
+    shutil.rmtree(out, ignore_errors=True)  # a rank that failed alone may race rank 0 here
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "summary.json", summary)
+    write_json(work / "summary.json", summary)
+    write_json(summary_path, summary)
+
+
+def _log_cluster(name: str, cluster: ClusterInfo, kwargs: Mapping[str, Any]) -> None:
+    log.info(
+        "run %s: %s launch, rank %d of %d (local rank %d, node %d of %d, %d device(s) per "
+        "node%s); accelerator %s, precision %s",
+        name,
+        cluster.environment,
+        cluster.global_rank,
+        cluster.world_size,
+        cluster.local_rank,
+        cluster.node_rank,
+        cluster.num_nodes,
+        cluster.devices,
+        f", job {cluster.job_id}" if cluster.job_id else "",
+        kwargs.get("accelerator"),
+        kwargs.get("precision"),
+    )
+
+
 def train_run(
     spec: RunSpec,
     work_dir: Pathlike,
@@ -205,8 +277,14 @@ def train_run(
     summary_path: Pathlike,
     **trainer_overrides: Any,
 ) -> dict[str, Any]:
-    """Train (or resume) one run; returns and writes the run summary."""
+    """Train (or resume) one run; returns and writes the run summary.
+
+    Returns normally when the run completes and when it fails as a result of its recipe
+    (diverged, out of memory); raises on preemption and on any other failure (see the module
+    docstring). ``trainer_overrides`` go to ``lightning.Trainer`` over the recipe's settings.
+    """
     import lightning as L
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     work, out = Path(work_dir), Path(out_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -216,6 +294,7 @@ def train_run(
     summary: dict[str, Any] = {
         "run": spec.name,
         "status": "running",
+        "failure": None,
         "recipe": str(spec.recipe),
         "overrides": dict(spec.overrides),
         "update_budget": budget,
@@ -227,18 +306,37 @@ def train_run(
     started = time.time()
     last = work / CHECKPOINTS / LAST
     resumed_from = str(last) if last.is_file() else None
+    preemption = PreemptionCheckpoint(last)
+    trainer: Any = None
+    parts: dict[str, Any] | None = None
+    rank = 0
     try:
-        parts = build_trainer_parts(spec, recipe, work)
+        kwargs, fallback = cpu_fallback({**trainer_kwargs(recipe), **trainer_overrides})
+        cluster = detect_cluster(int(kwargs.get("devices", 1)), int(kwargs.get("num_nodes", 1)))
+        rank = cluster.global_rank
+        summary.update(
+            cluster=cluster.to_dict(),
+            accelerator=kwargs.get("accelerator"),
+            accelerator_fallback=fallback,
+        )
+        _log_cluster(spec.name, cluster, kwargs)
+        if cluster.world_size > 1:
+            kwargs.setdefault("strategy", "ddp")
+        if cluster.environment == "slurm":
+            from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+            # Snakemake retries failed jobs: no `scontrol requeue` behind its back on SIGUSR1
+            kwargs.setdefault("plugins", [SLURMEnvironment(auto_requeue=False)])
+        parts = build_trainer_parts(
+            spec, recipe, work, world_size=cluster.world_size, rank=cluster.global_rank
+        )
         if parts["init"] is not None:
             summary["init"] = parts["init"]
             summary["hashes"]["start_weights"] = parts["init"]["weights_sha256"]
-        kwargs = {**trainer_kwargs(recipe), **trainer_overrides}
-        if kwargs.get("devices", 1) > 1 or kwargs.get("num_nodes", 1) > 1:
-            kwargs.setdefault("strategy", "ddp")
         trainer = L.Trainer(
             default_root_dir=work,
             max_epochs=-1,
-            callbacks=parts["callbacks"],
+            callbacks=[*parts["callbacks"], preemption],
             logger=parts["loggers"],
             log_every_n_steps=1,
             use_distributed_sampler=False,
@@ -254,16 +352,54 @@ def train_run(
             ckpt_path=resumed_from,
             weights_only=True,
         )
+    except SIGTERMException as exc:
+        saved = preemption.saved_step is not None
+        message = (
+            f"run {spec.name} got SIGTERM at step {trainer.global_step if trainer else 0}; "
+            + (
+                f"saved {last}: rerun the job to resume from it"
+                if saved
+                else "no checkpoint could be saved now (during validation): a rerun resumes "
+                "from the last one"
+            )
+        )
+        summary.update(
+            status="preempted",
+            error=message,
+            saved_checkpoint=str(last) if saved else None,
+            wall_seconds=time.time() - started,
+            resumed_from=resumed_from,
+            **_progress(trainer, parts),
+        )
+        if rank == 0:
+            write_json(work / "summary.json", summary)
+        raise TrainingPreempted(message) from exc
     except BaseException as exc:
+        failure = result_failure(exc)
         summary.update(
             status="failed",
+            failure=failure,
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(limit=20),
             wall_seconds=time.time() - started,
             resumed_from=resumed_from,
+            **_progress(trainer, parts),
         )
-        write_json(work / "summary.json", summary)
-        raise
+        if failure is None:
+            if rank == 0:
+                write_json(work / "summary.json", summary)
+            raise
+        log.error(
+            "run %s failed (%s): %s; recorded in %s, the job itself succeeds",
+            spec.name,
+            failure,
+            exc,
+            summary_path,
+        )
+        # out of memory can strike one rank alone: that rank then writes the summary itself
+        if rank == 0 or failure == OUT_OF_MEMORY:
+            _write_result_failure(summary, work, out, summary_path)
+        return summary
     best = {
         cb.monitor: {
             "best_model_path": str(Path(cb.best_model_path).name) if cb.best_model_path else None,
@@ -279,8 +415,6 @@ def train_run(
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     summary.update(
         status="completed",
-        steps=trainer.global_step,
-        epochs=trainer.current_epoch,
         wall_seconds=time.time() - started,
         resumed_from=resumed_from,
         num_parameters=sum(p.numel() for p in parts["module"].model.parameters()),
@@ -294,6 +428,7 @@ def train_run(
         final_metrics=metrics,
         loss_spikes=parts["diagnostics"].num_spikes,
         warnings=parts["diagnostics"].warnings,
+        **_progress(trainer, parts),
     )
     if trainer.global_rank == 0:
         if out.exists():
@@ -373,6 +508,10 @@ def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict
         shutil.rmtree(work)
     out = work / "out"
     summary = train_run(spec, work / "train", out, work / "summary.json")
+    if summary["status"] != "completed":
+        raise AsrflowError(
+            f"smoke run of {spec.name} failed ({summary['failure']}): {summary['error']}"
+        )
     transcripts = sorted((out / "diagnostics" / "transcripts").glob("step*.txt"))
     if not transcripts:
         raise RuntimeError("smoke run: the validation wrote no transcripts")

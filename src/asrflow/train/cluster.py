@@ -1,0 +1,186 @@
+"""Where a training process runs: its rank among the others, and the hardware it really has.
+
+On SLURM, one process per device is started by ``srun`` (``--ntasks-per-node`` = devices per node,
+``--nodes`` = nodes) and Lightning's ``SLURMEnvironment`` reads each process's rank from
+``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NODEID``; without SLURM, Lightning starts the other
+processes itself (or ``torchrun`` did). :func:`detect_cluster` tells, before the ``Trainer``
+exists, what Lightning will use, so that the data sampler can be sharded by rank, the summary can
+record it, and a job whose tasks do not match the recipe's ``devices x num_nodes`` fails at once
+with a message that says what to change (instead of hanging in the first collective).
+
+:func:`cpu_fallback` turns a run that asks for a GPU on a machine without a usable one (a CI node
+with fake GPU GRES, a broken driver) into a CPU run in fp32, with a loud warning.
+
+Example::
+
+    info = detect_cluster(devices=4, num_nodes=2)   # inside `srun` with 8 tasks
+    info.world_size, info.global_rank, info.local_rank, info.node_rank
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from asrflow.errors import AsrflowError
+
+log = logging.getLogger(__name__)
+
+GPU_ACCELERATORS = ("gpu", "cuda")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """The distributed setup of this process, as Lightning will see it."""
+
+    environment: str
+    """``slurm``, ``torchelastic`` or ``lightning`` (Lightning starts the processes itself)."""
+    world_size: int
+    global_rank: int
+    local_rank: int
+    node_rank: int
+    num_nodes: int
+    devices: int
+    """Processes (devices) per node."""
+    job_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _int(env: Mapping[str, str], key: str, default: int) -> int:
+    value = env.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        # SLURM_NTASKS_PER_NODE may read "2(x3)" on heterogeneous allocations
+        head = value.split("(")[0].split(",")[0]
+        try:
+            return int(head)
+        except ValueError:
+            raise AsrflowError(f"environment variable {key}={value!r} is not a number") from None
+
+
+def _slurm_detected(env: Mapping[str, str]) -> bool:
+    # Lightning's SLURMEnvironment.detect(): srun sets SLURM_NTASKS; a job named bash or
+    # interactive is an interactive session whose processes something else starts
+    return "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+
+
+def _torchelastic_detected(env: Mapping[str, str]) -> bool:
+    return all(k in env for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+
+
+def detect_cluster(
+    devices: int, num_nodes: int = 1, env: Mapping[str, str] | None = None
+) -> ClusterInfo:
+    """This process's place in the run; :class:`AsrflowError` when the launch does not match.
+
+    ``devices``/``num_nodes`` are the trainer's (``trainer.devices``, ``trainer.num_nodes``,
+    filled from ``runs.<run>.resources``). Under SLURM the job must run one task per device:
+    ``SLURM_NTASKS`` = devices x nodes, ``SLURM_NTASKS_PER_NODE`` = devices,
+    ``SLURM_NNODES`` = nodes.
+    """
+    env = os.environ if env is None else env
+    expected = devices * num_nodes
+    if _slurm_detected(env):
+        ntasks = _int(env, "SLURM_NTASKS", 1)
+        per_node = _int(env, "SLURM_NTASKS_PER_NODE", ntasks)
+        nnodes = _int(env, "SLURM_NNODES", 1)
+        job = env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID")
+        where = f"SLURM job {job}" if job else "this SLURM job"
+        fix = (
+            f"start it with one task per device: nodes={num_nodes} and ntasks-per-node={devices} "
+            f"(srun --nodes {num_nodes} --ntasks-per-node {devices}), or change the run's "
+            "resources (devices, nodes) to match the allocation"
+        )
+        if ntasks != expected:
+            raise AsrflowError(
+                f"{where} runs {ntasks} task(s) (SLURM_NTASKS) but the run trains on {devices} "
+                f"device(s) x {num_nodes} node(s) = {expected} processes; {fix}"
+            )
+        if expected > 1 and "SLURM_NTASKS_PER_NODE" not in env:
+            raise AsrflowError(
+                f"{where} runs {ntasks} tasks without SLURM_NTASKS_PER_NODE (the job was "
+                f"submitted with --ntasks only); {fix}"
+            )
+        if per_node != devices:
+            raise AsrflowError(
+                f"{where} runs {per_node} task(s) per node (SLURM_NTASKS_PER_NODE) but the run "
+                f"trains on {devices} device(s) per node; {fix}"
+            )
+        if nnodes != num_nodes:
+            raise AsrflowError(
+                f"{where} spans {nnodes} node(s) (SLURM_NNODES) but the run trains on "
+                f"{num_nodes}; {fix}"
+            )
+        return ClusterInfo(
+            environment="slurm",
+            world_size=ntasks,
+            global_rank=_int(env, "SLURM_PROCID", 0),
+            local_rank=_int(env, "SLURM_LOCALID", 0),
+            node_rank=_int(env, "SLURM_NODEID", 0),
+            num_nodes=nnodes,
+            devices=per_node,
+            job_id=job,
+        )
+    if _torchelastic_detected(env):
+        world = _int(env, "WORLD_SIZE", 1)
+        if world != expected:
+            raise AsrflowError(
+                f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
+                f"x {num_nodes} node(s) = {expected}; use --nproc-per-node {devices} "
+                f"--nnodes {num_nodes}"
+            )
+        return ClusterInfo(
+            environment="torchelastic",
+            world_size=world,
+            global_rank=_int(env, "RANK", 0),
+            local_rank=_int(env, "LOCAL_RANK", 0),
+            node_rank=_int(env, "GROUP_RANK", 0),
+            num_nodes=num_nodes,
+            devices=devices,
+        )
+    # Lightning's own launcher: this process is local rank 0 and starts the others, which it
+    # marks with LOCAL_RANK (and NODE_RANK on other nodes)
+    local = _int(env, "LOCAL_RANK", 0)
+    node = _int(env, "NODE_RANK", _int(env, "GROUP_RANK", 0))
+    return ClusterInfo(
+        environment="lightning",
+        world_size=expected,
+        global_rank=node * devices + local,
+        local_rank=local,
+        node_rank=node,
+        num_nodes=num_nodes,
+        devices=devices,
+    )
+
+
+def cpu_fallback(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Trainer kwargs that run on the CPU (fp32) when they ask for a GPU that is not usable.
+
+    Returns the kwargs and the warning (``None`` when nothing changed). A SLURM node with fake
+    GPU GRES sets ``CUDA_VISIBLE_DEVICES`` although there is no GPU; Lightning would stop with
+    "No supported gpu backend found!".
+    """
+    import torch
+
+    out = dict(kwargs)
+    if str(out.get("accelerator", "auto")) not in GPU_ACCELERATORS or torch.cuda.is_available():
+        return out, None
+    precision = str(out.get("precision", "32-true"))
+    out.update(accelerator="cpu", precision="32-true")
+    message = (
+        f"the run asks for accelerator {kwargs.get('accelerator')!r} but no CUDA GPU is usable "
+        f"here (torch.cuda.is_available() is False; CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): TRAINING ON THE CPU instead, "
+        f"in 32-true precision (recipe asked {precision}), with {out.get('devices', 1)} "
+        "process(es) per node; this is slow and only meant for tests"
+    )
+    log.warning(message)
+    return out, message

@@ -1,0 +1,126 @@
+"""Failures that are results (diverged, out of memory) vs failures of the job (re-raised)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrflow.train.failures import (
+    DIVERGED,
+    OUT_OF_MEMORY,
+    NonFiniteGuard,
+    TrainingDiverged,
+    result_failure,
+)
+from asrflow.train.module import AsrModule
+from asrflow.train.runner import train_run
+from tests.train.tiny_run import make_tiny_run
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_run(tmp_path_factory.mktemp("tiny"))
+
+
+def run(spec, root: Path, **overrides):
+    spec = dataclasses.replace(spec, overrides=overrides)
+    return train_run(spec, root / "work", root / "out", root / "summary.json")
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_guard_counts_batches_in_a_row():
+    guard = NonFiniteGuard(limit=2)
+    guard.observe(5, ["a"])
+    guard.reset()
+    guard.observe(7, ["b"])
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 8.*2 batch\(es\) in a row.*: c"):
+        guard.observe(8, ["c"])
+    assert guard.total == 3
+    with pytest.raises(ValueError):
+        NonFiniteGuard(limit=0)
+
+
+def test_result_failures_are_recognised_through_the_exception_chain():
+    assert result_failure(TrainingDiverged("x")) == DIVERGED
+    assert result_failure(torch.OutOfMemoryError("CUDA out of memory")) == OUT_OF_MEMORY
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        except RuntimeError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert result_failure(outer) == OUT_OF_MEMORY
+    assert result_failure(RuntimeError("boom")) is None
+    assert result_failure(KeyboardInterrupt()) is None
+
+
+def test_absurd_learning_rate_diverges_and_is_a_result(tiny, tmp_path):
+    summary = run(
+        tiny,
+        tmp_path,
+        optim={"lr": 1.0e30},
+        trainer={"max_steps": 8, "val_check_interval": 8},
+        diagnostics={"max_consecutive_nonfinite": 2},
+    )
+    assert summary["status"] == "failed" and summary["failure"] == "diverged"
+    assert "diverged" in summary["error"] and "optim.lr" in summary["error"]
+    assert summary["nonfinite_batches"] == 2
+    assert 1 <= summary["steps"] <= 8
+    assert summary["update_budget"]["optimizer_steps"] == 8
+    assert summary["effective_batch_seconds"] == 3.0
+    assert set(summary["hashes"]) >= {"train_cuts", "dev_cuts", "tokens", "recipe"}
+    # the same summary in the declared file, the work dir and the (otherwise empty) output dir
+    assert read(tmp_path / "summary.json") == read(tmp_path / "work/summary.json") == summary
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json"]
+
+
+def test_one_nan_batch_is_skipped_and_training_goes_on(tiny, tmp_path, monkeypatch):
+    forward = AsrModule.forward
+
+    def nan_at_step_one(self, batch):
+        loss, stats, weight = forward(self, batch)
+        if self.training and self.global_step == 1:
+            loss = loss * math.nan
+        return loss, stats, weight
+
+    monkeypatch.setattr(AsrModule, "forward", nan_at_step_one)
+    summary = run(tiny, tmp_path)
+    assert summary["status"] == "completed", summary.get("error")
+    assert summary["nonfinite_batches"] == 1
+    assert summary["steps"] == 4
+    assert math.isfinite(summary["final_metrics"]["valid/loss"])
+
+
+def test_out_of_memory_is_a_result(tiny, tmp_path, monkeypatch):
+    def oom(self, batch, batch_idx):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40.00 GiB")
+
+    monkeypatch.setattr(AsrModule, "training_step", oom)
+    summary = run(tiny, tmp_path)
+    assert summary["status"] == "failed" and summary["failure"] == "out_of_memory"
+    assert "Tried to allocate" in summary["error"]
+    assert summary["steps"] == 0
+    assert read(tmp_path / "summary.json")["failure"] == "out_of_memory"
+    assert (tmp_path / "out/summary.json").is_file()
+
+
+def test_other_errors_fail_the_job(tiny, tmp_path, monkeypatch):
+    def boom(self, batch, batch_idx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(AsrModule, "training_step", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        run(tiny, tmp_path)
+    work = read(tmp_path / "work/summary.json")
+    assert work["status"] == "failed" and work["failure"] is None
+    assert work["error"] == "RuntimeError: boom"
+    assert not (tmp_path / "summary.json").exists()
+    assert not (tmp_path / "out").exists()
