@@ -15,6 +15,7 @@ include: "rules/data.smk"
 include: "rules/tokenizer.smk"
 include: "rules/train.smk"
 include: "rules/select.smk"
+include: "rules/evaluate.smk"
 
 
 rule all:

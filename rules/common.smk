@@ -19,6 +19,7 @@ wildcard_constraints:
     run=r"[A-Za-z0-9_\-]+",
     artifact=r"[A-Za-z0-9_.\-]+",
     average=r"[A-Za-z0-9_.\-]+\.ave_[0-9]+best",
+    eval_set=r"[A-Za-z0-9_\-]+\.[A-Za-z0-9_]+",
 
 
 def source_manifest(wildcards):
@@ -142,4 +143,71 @@ def export_inputs(wildcards):
     }
     if ".ave_" in wildcards.artifact:
         inputs["averaged"] = layout.average_file(run, wildcards.artifact)
+    return inputs
+
+
+def eval_inputs(wildcards):
+    """An exported artifact and the filtered cuts of the eval set it is judged on."""
+    corpus, split = layout.eval_set_split(config, wildcards.eval_set)
+    return {
+        "package": layout.export_dir(wildcards.run, wildcards.artifact),
+        "cuts": filtered_split(corpus, split),
+    }
+
+
+def eval_threads(wildcards):
+    res = config["evaluation"]["resources"]
+    return res["cpus_per_device"] * max(1, res["devices"])
+
+
+def eval_slice_fields(wildcards):
+    """The fields an eval set's figures are broken down by (its corpus's slice_fields)."""
+    return layout.slice_fields(config, wildcards.eval_set)
+
+
+def dev_evaluations(wildcards):
+    """Every artifact of a run evaluated on the run's dev set: what select_model chooses from."""
+    dev = layout.dev_set(config, wildcards.run)
+    return [
+        layout.eval_file(wildcards.run, a, dev, "summary.json")
+        for a in layout.run_artifacts(config, wildcards.run)
+    ]
+
+
+def slice_evaluations(wildcards):
+    """Every artifact of a run evaluated on one eval set."""
+    return [
+        layout.eval_file(wildcards.run, a, wildcards.eval_set, "summary.json")
+        for a in layout.run_artifacts(config, wildcards.run)
+    ]
+
+
+def run_completed(run):
+    """Whether a run's training completed; a failed run is a result (its summary says why),
+    so it enters the report without evaluations. Asks the train checkpoint first."""
+    import json
+
+    summary = checkpoints.train.get(run=run).output.summary
+    with open(summary, encoding="utf-8") as f:
+        return json.load(f).get("status") == "completed"
+
+
+def report_inputs(wildcards):
+    """Train summaries of every run; evaluations, selections and plots of completed ones."""
+    inputs = {"train": [], "evaluations": [], "selected": [], "plots": [], "audits": []}
+    for run in config.get("runs", {}):
+        inputs["train"].append(layout.run_file(run, "train", "summary.json"))
+        inputs["audits"].append(layout.run_file(run, "audit", "batches.png"))
+        if not run_completed(run):
+            continue
+        inputs["selected"].append(layout.selected_file(run))
+        inputs["plots"].append(layout.report_file("plots", run, "learning_curves.png"))
+        for eval_set in layout.eval_sets(config, run):
+            inputs["plots"].append(
+                layout.report_file("plots", run, f"{eval_set}.slices.png")
+            )
+            inputs["evaluations"] += [
+                layout.eval_file(run, a, eval_set, "summary.json")
+                for a in layout.run_artifacts(config, run)
+            ]
     return inputs

@@ -48,7 +48,9 @@ rule smoke_train:
         "../scripts/smoke_train.py"
 
 
-rule train:
+# A checkpoint, because a run can end as a failed *result* (diverged, out of memory): its summary
+# then says so and the report lists it without evaluations (rules/common.smk: run_completed).
+checkpoint train:
     input:
         unpack(run_train_inputs),
         unpack(run_init_weights),

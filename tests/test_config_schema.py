@@ -94,7 +94,8 @@ def test_every_property_has_a_description() -> None:
     props = dict(documented_properties(schema, ""))
     # the walk reaches the top level, both $defs and their nested objects
     for path in (
-        "text_normalization.lowercase",
+        "$defs.normalization.lowercase",
+        "evaluation.decoding.mode",
         "corpora",
         "tokenizers",
         "$defs.corpus.source",

@@ -161,10 +161,12 @@ def test_check_config_requires_train_split() -> None:
             "bad": {"source": "nemo", "manifests": {"dev": "a", "Train": "b"}},
         }
     }
+    layout.check_config(config)  # an eval-only corpus needs no train split ...
+    config["tokenizers"] = {"t": {"corpus": "bad"}}  # ... one that is trained on does
     with pytest.raises(AsrflowError) as err:
         layout.check_config(config)
     message = str(err.value)
-    assert message.startswith("corpora.bad.manifests:")
+    assert message.startswith("corpora.bad:")
     assert "'train' is required" in message
     assert "Train, dev" in message
 
@@ -214,3 +216,22 @@ def test_all_targets_covers_every_split_and_tokenizer() -> None:
     assert layout.tokenizer_file("t2", "tokens.txt") in targets
     # the imported "all" manifest of a holdout corpus is intermediate, not a target
     assert not any("/all." in t for t in targets)
+
+
+def test_eval_sets_dev_first_then_tests_then_extra_sets() -> None:
+    config = {
+        "corpora": {
+            "demo": {"source": "synthetic"},
+            "suppliers": {"source": "nemo", "manifests": {"messages": "m.jsonl"}},
+        },
+        "tokenizers": {"t": {"corpus": "demo"}},
+        "runs": {"r": {"corpora": ["demo"], "tokenizer": "t", "recipe": "x"}},
+        "evaluation": {"extra_sets": ["suppliers.messages"]},
+    }
+    layout.check_config(config)
+    assert layout.eval_sets(config, "r") == ["demo.dev", "demo.test", "suppliers.messages"]
+    assert layout.dev_set(config, "r") == "demo.dev"
+    assert layout.eval_set_split(config, "suppliers.messages") == ("suppliers", "messages")
+    config["evaluation"]["extra_sets"] = ["suppliers.test"]
+    with pytest.raises(AsrflowError, match="suppliers.test"):
+        layout.check_config(config)

@@ -112,6 +112,32 @@ def export_dir(run: str, artifact: str) -> str:
     return run_file(run, "export", artifact)
 
 
+def eval_dir(run: str, artifact: str, eval_set: str) -> str:
+    """Evaluation of an artifact on an eval set: ``results/runs/<run>/eval/<artifact>/<set>/``."""
+    return run_file(run, "eval", artifact, eval_set)
+
+
+def eval_file(run: str, artifact: str, eval_set: str, name: str) -> str:
+    """``summary.json``, ``utterances.csv`` or ``alignments.txt`` of one evaluation."""
+    return f"{eval_dir(run, artifact, eval_set)}/{name}"
+
+
+def selected_file(run: str) -> str:
+    """The run's choice on dev: ``results/runs/<run>/selected.json``."""
+    return run_file(run, "selected.json")
+
+
+def report_file(*parts: str) -> str:
+    """The comparison report: ``results/report/<parts...>``."""
+    return "/".join([RESULTS, "report", *parts])
+
+
+def eval_archive() -> str:
+    """Every evaluation summary ever written, kept by artifact/data/contract hash (not a
+    declared output, so a data revision adds rows to the comparison instead of replacing them)."""
+    return f"{RESULTS}/archive/evals"
+
+
 def work_dir(run: str) -> str:
     """A run's working directory: kept across failed or killed jobs (not a declared output)."""
     return f"{RESULTS}/work/{run}"
@@ -228,14 +254,55 @@ def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
     return overrides
 
 
+def eval_set_name(corpus_name: str, split: str) -> str:
+    """An eval set is a split of a corpus: ``<corpus>.<split>`` (``demo.dev``)."""
+    return f"{corpus_name}.{split}"
+
+
+def eval_set_split(config: Config, eval_set: str) -> tuple[str, str]:
+    """(corpus, split) of an eval set name; an error when the config has no such split."""
+    corpus_name, _, split = eval_set.rpartition(".")
+    if not corpus_name or split not in splits(config, corpus_name):
+        raise AsrflowError(
+            f"eval set {eval_set!r}: expected <corpus>.<split> naming a split of a corpus in "
+            "config (e.g. demo.test)"
+        )
+    return corpus_name, split
+
+
+def dev_set(config: Config, name: str) -> str:
+    """The eval set a run selects its model on: the dev split of its dev corpus."""
+    return eval_set_name(run_dev_corpus(config, name), "dev")
+
+
+def eval_sets(config: Config, name: str) -> list[str]:
+    """Where a run's artifacts are evaluated: its dev set, the test split of each train corpus
+    that has one, then ``evaluation.extra_sets`` (e.g. real messages kept out of training)."""
+    sets = [dev_set(config, name)]
+    for corpus_name in run_corpora(config, name):
+        if "test" in splits(config, corpus_name):
+            sets.append(eval_set_name(corpus_name, "test"))
+    sets += list(config.get("evaluation", {}).get("extra_sets", []))
+    return list(dict.fromkeys(sets))
+
+
+def slice_fields(config: Config, eval_set: str) -> list[str]:
+    """The manifest fields an eval set's results are broken down by (its corpus's slice_fields)."""
+    return list(corpus(config, eval_set_split(config, eval_set)[0]).get("slice_fields", []))
+
+
 def check_config(config: Config) -> None:
-    """Checks the JSON schema cannot express: cross references and a train split."""
+    """Checks the JSON schema cannot express: cross references and train splits."""
+    trained_on = {c for r in config.get("runs", {}).values() for c in r["corpora"]}
+    trained_on |= {t["corpus"] for t in config.get("tokenizers", {}).values()}
     for name in config["corpora"]:
-        if "train" not in splits(config, name):
+        if name in trained_on and "train" not in splits(config, name):
             raise AsrflowError(
-                f"corpora.{name}.manifests: a split named 'train' is required "
-                f"(got {', '.join(splits(config, name))})"
+                f"corpora.{name}: a split named 'train' is required to train a tokenizer or a "
+                f"run on it (got {', '.join(splits(config, name))})"
             )
+    for eval_set in config.get("evaluation", {}).get("extra_sets", []):
+        eval_set_split(config, eval_set)
     for name, r in config.get("runs", {}).items():
         for key, value in [("tokenizer", r["tokenizer"])]:
             if value not in config.get("tokenizers", {}):
@@ -258,17 +325,20 @@ def check_config(config: Config) -> None:
             )
 
 
+REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html")
+
+
 def all_targets(config: Config) -> list[str]:
-    """The default targets: validated and filtered corpora, trained tokenizers."""
+    """The default targets: validated and filtered corpora, trained tokenizers and, when there
+    are runs, the comparison report (which pulls in training, evaluation and selection)."""
     targets: list[str] = []
     for name in config["corpora"]:
         targets.append(validation_report(name, "txt"))
         targets += [filtered(name, s) for s in splits(config, name)]
     for name in config.get("tokenizers", {}):
         targets.append(tokenizer_file(name, "tokens.txt"))
-    for name in config.get("runs", {}):
-        targets.append(run_file(name, "train", "summary.json"))
-        targets += [export_dir(name, a) for a in run_artifacts(config, name)]
+    if config.get("runs"):
+        targets += [report_file(t) for t in REPORT_TABLES]
     return targets
 
 

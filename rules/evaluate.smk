@@ -1,0 +1,107 @@
+# Judging the exported artifacts: each artifact on each eval set in a fresh process (bf16 weights,
+# no autocast), the choice on dev, and the comparison report over every run.
+
+
+rule evaluate:
+    input:
+        unpack(eval_inputs),
+    output:
+        summary=layout.eval_file("{run}", "{artifact}", "{eval_set}", "summary.json"),
+        utterances=layout.eval_file(
+            "{run}", "{artifact}", "{eval_set}", "utterances.csv"
+        ),
+        alignments=layout.eval_file(
+            "{run}", "{artifact}", "{eval_set}", "alignments.txt"
+        ),
+        record=layout.prov(
+            layout.eval_file("{run}", "{artifact}", "{eval_set}", "summary.json")
+        ),
+    log:
+        layout.log("evaluate", "{run}", "{artifact}", "{eval_set}"),
+    conda:
+        "../envs/asrflow.yaml"
+    threads: eval_threads
+    resources:
+        gpu=config["evaluation"]["resources"]["devices"],
+        cpus_per_gpu=config["evaluation"]["resources"]["cpus_per_device"],
+        mem_mb=config["evaluation"]["resources"]["mem_mb"],
+        runtime=config["evaluation"]["resources"]["runtime"],
+    params:
+        evaluation=config["evaluation"],
+        slice_fields=eval_slice_fields,
+        archive=layout.eval_archive(),
+    script:
+        "../scripts/evaluate.py"
+
+
+rule select_model:
+    input:
+        evaluations=dev_evaluations,
+    output:
+        selected=layout.selected_file("{run}"),
+        record=layout.prov(layout.selected_file("{run}")),
+    log:
+        layout.log("select_model", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        dev_set=lambda wildcards: layout.dev_set(config, wildcards.run),
+    script:
+        "../scripts/select_model.py"
+
+
+rule plot_learning_curves:
+    input:
+        artifacts=layout.run_file("{run}", "train", "artifacts"),
+    output:
+        report(
+            layout.report_file("plots", "{run}", "learning_curves.png"),
+            caption="../report/learning_curves.rst",
+            category="Training",
+            subcategory="{run}",
+        ),
+    log:
+        layout.log("plot_learning_curves", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    script:
+        "../scripts/plot_learning_curves.py"
+
+
+rule plot_slices:
+    input:
+        evaluations=slice_evaluations,
+    output:
+        report(
+            layout.report_file("plots", "{run}", "{eval_set}.slices.png"),
+            caption="../report/slices.rst",
+            category="Evaluation",
+            subcategory="{run}",
+        ),
+    log:
+        layout.log("plot_slices", "{run}", "{eval_set}"),
+    conda:
+        "../envs/asrflow.yaml"
+    script:
+        "../scripts/plot_slices.py"
+
+
+rule report:
+    input:
+        unpack(report_inputs),
+    output:
+        csv=layout.report_file("comparison.csv"),
+        markdown=layout.report_file("comparison.md"),
+        html=report(
+            layout.report_file("comparison.html"),
+            caption="../report/comparison.rst",
+            category="Comparison",
+        ),
+    log:
+        layout.log("report", "comparison"),
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        archive=layout.eval_archive(),
+    script:
+        "../scripts/report.py"

@@ -1,0 +1,7 @@
+"""Snakemake adapter of rule plot_slices -> asrflow.report.stages.slice_plot."""
+
+from asrflow.report.stages import slice_plot
+from asrflow.workflow import step
+
+with step(snakemake):
+    slice_plot(snakemake.input.evaluations, snakemake.output[0], snakemake.wildcards.eval_set)

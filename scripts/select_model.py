@@ -1,0 +1,12 @@
+"""Snakemake adapter of rule select_model -> asrflow.select.choose.select_run."""
+
+from asrflow.select.choose import select_run
+from asrflow.workflow import step
+
+with step(snakemake):
+    select_run(
+        snakemake.input.evaluations,
+        run=snakemake.wildcards.run,
+        dev_set=snakemake.params.dev_set,
+        out=snakemake.output.selected,
+    )

@@ -1,0 +1,231 @@
+"""Decoding an exported package in a fresh process: bf16 weights, no autocast.
+
+The evaluate rule judges the *exported artifact*, so it loads nothing but the package directory
+(:mod:`asrflow.export.package`): config.yaml, model.pth, bpe.model and tokens.txt, checked
+against package.json first.
+
+**What runs in which dtype** (``dtype="bfloat16"``, the default):
+
+========================  ==========  ===================================================
+part                      dtype       why
+========================  ==========  ===================================================
+frontend (STFT, mel)      float32     bf16 STFT/mel is unsupported or inaccurate, and a bf16
+                                      mel matrix makes float32 features fail to multiply
+normalize (MVN)           float32     statistics of float32 features
+preencoder, encoder,      bfloat16    the weights themselves are cast (``module.to``); the
+postencoder, CTC,                     features are cast to bf16 at the encoder's input by a
+decoder                               forward pre-hook
+========================  ==========  ===================================================
+
+No ``torch.autocast`` anywhere: autocast keeps float32 master weights and picks per-op dtypes,
+which is not what a bf16 deployment runs. :attr:`PackageModel.dtypes` records the table above
+for every evaluation summary.
+
+Decoding modes: ``greedy_ctc`` (the default; frame-wise argmax, repeats collapsed, blanks
+dropped: the very function training's validation uses, :func:`asrflow.train.module.greedy_ctc`)
+and ``beam`` (ESPnet's own ``Speech2Text`` beam search, attention + CTC, with the same dtype
+casts applied to its model).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from asrflow.errors import AsrflowError
+from asrflow.export.package import (
+    BPE_MODEL,
+    CONFIG,
+    MODEL,
+    TOKENS,
+    build_espnet_model,
+    load_speech2text,
+    verify_package,
+)
+from asrflow.train.module import greedy_ctc
+from asrflow.train.tokens import TokenEncoder
+from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CAST_PARTS = ("preencoder", "encoder", "postencoder", "ctc", "decoder")
+"""Submodules of an ``ESPnetASRModel`` whose weights take the evaluation dtype."""
+FLOAT32_PARTS = ("frontend", "normalize")
+"""Submodules kept in float32 (see the module docstring)."""
+MODES = ("greedy_ctc", "beam")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How an artifact is decoded (``evaluation`` in config.yaml)."""
+
+    mode: str = "greedy_ctc"
+    dtype: str = "bfloat16"
+    device: str = "auto"
+    """``auto`` = the first CUDA device when there is one, else the CPU."""
+    batch_seconds: float = 60.0
+    """Audio per forward pass (utterances sorted by duration); 0 = one utterance at a time."""
+    beam_size: int = 10
+    ctc_weight: float | None = None
+    """Beam mode only; None = 1.0 for CTC-only models, ESPnet's 0.5 otherwise."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise AsrflowError(f"evaluation.decoding.mode: {self.mode!r} is not one of {MODES}")
+        if self.dtype not in DTYPES:
+            raise AsrflowError(f"evaluation.dtype: {self.dtype!r} is not one of {list(DTYPES)}")
+        if self.batch_seconds < 0:
+            raise AsrflowError("evaluation.batch_seconds must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise AsrflowError(f"evaluation.device is {device!r} but no CUDA device is visible")
+    return torch.device(device)
+
+
+def _cast_inputs(dtype: torch.dtype):
+    def hook(module: torch.nn.Module, args: tuple) -> tuple:
+        return tuple(
+            a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in args
+        )
+
+    return hook
+
+
+def cast_for_inference(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, str]:
+    """Cast the encoder side of an ESPnet ASR model to ``dtype`` (frontend stays float32).
+
+    Returns ``{part: dtype name}`` of every part the model has.
+    """
+    dtypes: dict[str, str] = {}
+    first = None
+    for name in (*FLOAT32_PARTS, *CAST_PARTS):
+        part = getattr(model, name, None)
+        if part is None:
+            continue
+        if name in CAST_PARTS:
+            part.to(dtype)
+            if first is None and name != "ctc" and name != "decoder":
+                first = part
+        params = list(part.parameters()) + list(part.buffers())
+        floats = {str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()}
+        dtypes[name] = ",".join(sorted(floats)) or "float32"  # weightless parts compute in fp32
+    if dtype != torch.float32:
+        if first is None:
+            raise AsrflowError("the model has no encoder to cast")
+        first.register_forward_pre_hook(_cast_inputs(dtype))
+    return dtypes
+
+
+class PackageModel:
+    """An exported package, loaded strictly, cast for inference, ready to transcribe."""
+
+    def __init__(self, package_dir: Pathlike, decoding: Decoding = Decoding()) -> None:
+        self.package = Path(package_dir)
+        self.decoding = decoding
+        self.manifest = verify_package(self.package)
+        self.device = resolve_device(decoding.device)
+        dtype = DTYPES[decoding.dtype]
+        with open(self.package / CONFIG, encoding="utf-8") as f:
+            self.config = yaml.safe_load(f)
+        self.tokens = TokenEncoder(self.package / BPE_MODEL, self.package / TOKENS)
+        self._s2t = None
+        if decoding.mode == "beam":
+            self._s2t = load_speech2text(
+                self.package,
+                device=str(self.device),
+                beam_size=decoding.beam_size,
+                ctc_weight=decoding.ctc_weight,
+                verify=False,
+            )
+            self.model = self._s2t.asr_model
+        else:
+            self.model = build_espnet_model(self.config)
+            state = torch.load(self.package / MODEL, map_location="cpu", weights_only=True)
+            self.model.load_state_dict(state, strict=True)
+        self.model.to(self.device).eval()
+        self.dtypes = cast_for_inference(self.model, dtype)
+        log.info("loaded %s on %s; dtypes %s", self.package, self.device, self.dtypes)
+
+    @property
+    def sample_rate(self) -> int:
+        from asrflow.train.runner import model_sample_rate
+
+        return model_sample_rate(self.config.get("frontend_conf"))
+
+    @torch.inference_mode()
+    def transcribe(self, audio: Sequence[np.ndarray]) -> list[str]:
+        """Transcripts of float32 mono waveforms at :attr:`sample_rate`, in order."""
+        if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda", self.device.type)):
+            raise AsrflowError("evaluation must not run under torch.autocast")
+        if self._s2t is not None:
+            return [self._beam(a) for a in audio]
+        speech = torch.zeros(len(audio), max(len(a) for a in audio), dtype=torch.float32)
+        for i, a in enumerate(audio):
+            speech[i, : len(a)] = torch.from_numpy(np.asarray(a, dtype=np.float32))
+        lengths = torch.tensor([len(a) for a in audio], dtype=torch.int64)
+        enc, enc_lens = self.model.encode(speech.to(self.device), lengths.to(self.device))
+        best = self.model.ctc.argmax(enc)
+        return [
+            self.tokens.decode(ids)
+            for ids in greedy_ctc(best.cpu(), enc_lens.cpu(), self.tokens.blank_id)
+        ]
+
+    def _beam(self, audio: np.ndarray) -> str:
+        results = self._s2t(torch.from_numpy(np.asarray(audio, dtype=np.float32)))
+        return results[0][0] if results else ""
+
+
+def batches(durations: Sequence[float], batch_seconds: float) -> Iterator[list[int]]:
+    """Indices grouped into batches of at most ``batch_seconds`` of audio, by duration.
+
+    Sorting by duration keeps padding small; an utterance longer than ``batch_seconds`` gets a
+    batch of its own; ``batch_seconds`` 0 gives one utterance per batch.
+    """
+    order = sorted(range(len(durations)), key=lambda i: (durations[i], i))
+    batch: list[int] = []
+    total = 0.0
+    for i in order:
+        if batch and (batch_seconds <= 0 or total + durations[i] > batch_seconds):
+            yield batch
+            batch, total = [], 0.0
+        batch.append(i)
+        total += durations[i]
+    if batch:
+        yield batch
+
+
+def timed_transcribe(
+    model: PackageModel, audio: Sequence[np.ndarray], sample_rate: int, batch_seconds: float
+) -> tuple[list[str], float]:
+    """Transcripts in input order and the seconds spent in the model (audio loading excluded)."""
+    durations = [len(a) / sample_rate for a in audio]
+    out: list[str] = [""] * len(audio)
+    spent = 0.0
+    for idx in batches(durations, batch_seconds):
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        start = time.perf_counter()
+        hyps = model.transcribe([audio[i] for i in idx])
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        spent += time.perf_counter() - start
+        for i, h in zip(idx, hyps, strict=True):
+            out[i] = h
+    return out, spent

@@ -1,0 +1,167 @@
+"""What the evaluate rule calls: one exported artifact on one eval set, files in, files out.
+
+Writes, for ``results/runs/<run>/eval/<artifact>/<eval_set>/``:
+
+- ``utterances.csv``: per utterance id, reference, hypothesis, normalized forms, S/D/I and its
+  slice fields (:func:`asrflow.evaluate.scoring.write_utterances_csv`);
+- ``alignments.txt``: the word alignment of every utterance with an error;
+- ``summary.json``: pooled WER/CER (total errors / total reference units), S/D/I, per-slice
+  figures for every slice field, real-time factor, dtypes, decoding settings, and the hashes
+  that say what was measured: the artifact's weights, the eval cuts and the scoring contract.
+
+The script also archives the summary by those hashes
+(:func:`asrflow.report.comparison.archive_eval_summary`), so a later data or model revision
+adds rows to the comparison instead of overwriting these.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import torch
+
+from asrflow.data.cuts import field, load_cuts, text
+from asrflow.errors import AsrflowError
+from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
+from asrflow.evaluate.scoring import (
+    by_slice,
+    pooled,
+    score_utterance,
+    write_alignments,
+    write_utterances_csv,
+)
+from asrflow.hashing import sha256_file
+from asrflow.io import write_json
+from asrflow.text import TextNormalization
+from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "asrflow.eval/1"
+
+
+def load_audio(cut: Any, sample_rate: int) -> np.ndarray:
+    """A cut's audio as a float32 mono waveform at ``sample_rate``."""
+    c = cut if cut.sampling_rate == sample_rate else cut.resample(sample_rate)
+    try:
+        audio = c.load_audio()
+    except Exception as exc:
+        raise AsrflowError(f"cut {cut.id}: cannot load its audio ({exc})") from exc
+    return audio.mean(axis=0).astype(np.float32) if audio.ndim > 1 else audio.astype(np.float32)
+
+
+def evaluate_artifact(
+    package: Pathlike,
+    cuts_path: Pathlike,
+    *,
+    run: str,
+    artifact: str,
+    eval_set: str,
+    contract: TextNormalization,
+    decoding: Decoding,
+    slice_fields: Sequence[str],
+    summary_path: Pathlike,
+    utterances_csv: Pathlike,
+    alignments_txt: Pathlike,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Decode ``cuts_path`` with the package and score it under ``contract``."""
+    if threads:
+        torch.set_num_threads(threads)
+    started = time.time()
+    model = PackageModel(package, decoding)
+    cuts = list(load_cuts(cuts_path))
+    if not cuts:
+        raise AsrflowError(f"{cuts_path}: the eval set {eval_set} has no utterances")
+    sr = model.sample_rate
+    audio = [load_audio(c, sr) for c in cuts]
+    audio_seconds = float(sum(len(a) for a in audio)) / sr
+    hyps, decode_seconds = timed_transcribe(model, audio, sr, decoding.batch_seconds)
+
+    scores = [
+        score_utterance(
+            c.id,
+            text(c),
+            hyp,
+            contract,
+            fields={f: _field_value(c, f) for f in slice_fields},
+        )
+        for c, hyp in zip(cuts, hyps, strict=True)
+    ]
+    write_utterances_csv(scores, utterances_csv)
+    write_alignments(
+        scores,
+        alignments_txt,
+        header=f"{run} {artifact} on {eval_set}; scoring contract {contract.sha256()}",
+    )
+    totals = pooled(scores)
+    summary: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": run,
+        "artifact": artifact,
+        "eval_set": eval_set,
+        "artifact_sha256": model.manifest["files"]["model.pth"],
+        "package_files": dict(model.manifest["files"]),
+        "eval_cuts_sha256": sha256_file(cuts_path),
+        "contract": contract.to_dict(),
+        "contract_sha256": contract.sha256(),
+        **totals,
+        "slices": by_slice(scores, slice_fields),
+        "empty_hypotheses": sum(1 for s in scores if not s.hyp_norm),
+        "dtype": decoding.dtype,
+        "dtypes": model.dtypes,
+        "autocast": False,
+        "decoding": decoding.to_dict(),
+        "audio_seconds": audio_seconds,
+        "decode_seconds": decode_seconds,
+        "rtf": decode_seconds / audio_seconds if audio_seconds else None,
+        "wall_seconds": time.time() - started,
+        "device": str(model.device),
+        "device_name": _device_name(model.device),
+        "threads": torch.get_num_threads(),
+        "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_json(summary_path, summary)
+    wer = summary.get("wer")
+    log.info(
+        "%s %s on %s: WER %s, CER %s over %d utterances (%s, RTF %.3f)",
+        run,
+        artifact,
+        eval_set,
+        f"{100 * wer:.2f} %" if wer is not None else "n/a",
+        f"{100 * summary['cer']:.2f} %" if summary.get("cer") is not None else "n/a",
+        len(scores),
+        decoding.dtype,
+        summary["rtf"] or 0.0,
+    )
+    return summary
+
+
+def _field_value(cut: Any, name: str) -> str:
+    value = field(cut, name)
+    return "(none)" if value is None else str(value)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+def decoding_from_config(evaluation: Mapping[str, Any]) -> Decoding:
+    """:class:`Decoding` from the ``evaluation`` section of config.yaml."""
+    dec = dict(evaluation.get("decoding") or {})
+    return Decoding(
+        mode=dec.get("mode", "greedy_ctc"),
+        beam_size=int(dec.get("beam_size", 10)),
+        ctc_weight=dec.get("ctc_weight"),
+        dtype=evaluation.get("dtype", "bfloat16"),
+        device=evaluation.get("device", "auto"),
+        batch_seconds=float(evaluation.get("batch_seconds", 60.0)),
+    )

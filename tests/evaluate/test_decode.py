@@ -1,0 +1,165 @@
+"""The evaluate rule's decoding: exported package only, bf16 weights without autocast, the same
+transcripts as ESPnet's Speech2Text; and evaluate_artifact's files."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.errors import AsrflowError
+from asrflow.evaluate.decode import Decoding, PackageModel, batches, timed_transcribe
+from asrflow.evaluate.stages import decoding_from_config, evaluate_artifact
+from asrflow.export.package import export_package, load_speech2text
+from asrflow.text import TextNormalization
+from tests.tiny_model import TEXTS, Trained, train_tiny
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    return train_tiny(tmp_path_factory.mktemp("trained"))
+
+
+@pytest.fixture(scope="module")
+def package(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pkg") / "tiny"
+    export_package(
+        state_dict_or_checkpoint=trained.lightning_ckpt,
+        espnet_args=trained.args,
+        bpe_model=trained.bpe_model,
+        tokens_txt=trained.tokens,
+        out_dir=out,
+        artifact="last",
+    )
+    return out
+
+
+def _transcribe(package: Path, audio, **decoding) -> tuple[PackageModel, list[str]]:
+    model = PackageModel(package, Decoding(device="cpu", **decoding))
+    hyps, seconds = timed_transcribe(model, audio, model.sample_rate, model.decoding.batch_seconds)
+    assert seconds > 0
+    return model, hyps
+
+
+def test_greedy_path_decodes_like_speech2text(package, trained):
+    s2t = load_speech2text(package, beam_size=1)
+    espnet = [s2t(a)[0][0] for a in trained.audio]
+    _, ours = _transcribe(package, trained.audio, dtype="float32", batch_seconds=0)
+    assert ours == espnet == list(TEXTS)
+
+
+def test_batched_decoding_gives_the_same_transcripts(package, trained):
+    _, one = _transcribe(package, trained.audio, dtype="float32", batch_seconds=0)
+    _, batched = _transcribe(package, trained.audio, dtype="float32", batch_seconds=60)
+    assert batched == one
+
+
+def test_bf16_casts_the_encoder_and_ctc_but_keeps_the_frontend_fp32(package, trained):
+    model, hyps = _transcribe(package, trained.audio, dtype="bfloat16")
+    assert model.dtypes["frontend"] == "float32"
+    assert model.dtypes["encoder"] == model.dtypes["ctc"] == "bfloat16"
+    assert all(p.dtype == torch.bfloat16 for p in model.model.encoder.parameters())
+    assert all(p.dtype == torch.float32 for p in model.model.frontend.parameters())
+    assert hyps == list(TEXTS)
+
+
+def test_beam_mode_uses_speech2text_with_the_same_casts(package, trained):
+    model, hyps = _transcribe(package, trained.audio, dtype="bfloat16", mode="beam", beam_size=2)
+    assert model.dtypes["encoder"] == "bfloat16"
+    assert hyps == list(TEXTS)
+
+
+def test_autocast_is_refused(package, trained):
+    model = PackageModel(package, Decoding(device="cpu", dtype="bfloat16"))
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(AsrflowError, match="autocast"):
+        model.transcribe(trained.audio[:1])
+
+
+def test_a_modified_package_is_refused(package, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(package, copy)
+    (copy / "tokens.txt").write_text("<blank>\n")
+    with pytest.raises(AsrflowError, match=r"tokens\.txt"):
+        PackageModel(copy, Decoding(device="cpu"))
+
+
+def test_batches_group_by_duration_within_the_limit():
+    durations = [3.0, 1.0, 2.0, 10.0, 1.5]
+    groups = list(batches(durations, 4.0))
+    assert sorted(i for g in groups for i in g) == [0, 1, 2, 3, 4]
+    assert groups == [[1, 4], [2], [0], [3]]  # sorted by duration; 10 s alone
+    assert list(batches(durations, 0)) == [[1], [4], [2], [0], [3]]
+
+
+def test_decoding_settings_are_checked():
+    with pytest.raises(AsrflowError, match="mode"):
+        Decoding(mode="sampling")
+    with pytest.raises(AsrflowError, match="dtype"):
+        Decoding(dtype="int8")
+    d = decoding_from_config({"dtype": "float32", "decoding": {"mode": "beam", "beam_size": 4}})
+    assert (d.dtype, d.mode, d.beam_size, d.device) == ("float32", "beam", 4, "auto")
+
+
+def _eval_set(trained: Trained, directory: Path) -> Path:
+    """The four training utterances as WAVs + cuts, with a slice field and messy references."""
+    cuts = []
+    refs = ["Red.", "BLUE", "red, blue!", "blue red green"]  # the last has a word the model lacks
+    for i, (audio, ref) in enumerate(zip(trained.audio, refs, strict=True)):
+        wav = directory / f"u{i}.wav"
+        soundfile.write(wav, (audio * 32767).astype(np.int16), 16000, subtype="PCM_16")
+        cuts.append(
+            make_cut(
+                utt_id=f"u{i}",
+                audio=str(wav),
+                sampling_rate=16000,
+                num_samples=len(audio),
+                duration=len(audio) / 16000,
+                text=ref,
+                custom={"condition": "clean" if i < 2 else "noisy"},
+            )
+        )
+    path = directory / "dev.jsonl.gz"
+    save_cuts(cuts, path)
+    return path
+
+
+def test_evaluate_artifact_writes_pooled_and_sliced_scores(package, trained, tmp_path):
+    cuts = _eval_set(trained, tmp_path)
+    out = tmp_path / "eval"
+    contract = TextNormalization()
+    summary = evaluate_artifact(
+        package,
+        cuts,
+        run="tiny",
+        artifact="last",
+        eval_set="toy.dev",
+        contract=contract,
+        decoding=Decoding(device="cpu", dtype="bfloat16"),
+        slice_fields=["condition"],
+        summary_path=out / "summary.json",
+        utterances_csv=out / "utterances.csv",
+        alignments_txt=out / "alignments.txt",
+        threads=1,
+    )
+    # only "green" is missed: one deletion in 1 + 1 + 2 + 3 = 7 reference words
+    assert (summary["deletions"], summary["substitutions"], summary["insertions"]) == (1, 0, 0)
+    assert summary["wer"] == pytest.approx(1 / 7)
+    assert summary["slices"]["condition"]["clean"]["wer"] == 0
+    assert summary["slices"]["condition"]["noisy"]["wer"] == pytest.approx(1 / 5)
+    assert summary["contract_sha256"] == contract.sha256()
+    assert summary["dtypes"]["encoder"] == "bfloat16" and summary["autocast"] is False
+    assert summary["rtf"] > 0 and summary["audio_seconds"] > 0
+    assert json.loads((out / "summary.json").read_text()) == summary
+    rows = list(csv.DictReader((out / "utterances.csv").open()))
+    assert [r["id"] for r in rows] == ["u0", "u1", "u2", "u3"]
+    assert rows[2]["ref_norm"] == "red blue" and rows[2]["condition"] == "noisy"
+    alignments = (out / "alignments.txt").read_text()
+    assert "u3" in alignments and "u0" not in alignments
