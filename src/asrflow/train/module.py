@@ -37,7 +37,7 @@ from asrflow.train.diagnostics import Diagnostics
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.recipe import Recipe
-from asrflow.train.resume import SkippingSampler
+from asrflow.train.resume import ResumableCSVLogger, SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
 from asrflow.train.tokens import TokenEncoder
 
@@ -134,6 +134,10 @@ class AsrModule(L.LightningModule):
         self._resumed_batches = batches
         if self.train_sampler is not None:
             self.train_sampler.skip = self._resumed_batches
+        if self._trainer is not None:
+            for logger in self.trainer.loggers:
+                if isinstance(logger, ResumableCSVLogger):
+                    logger.resume_at(int(checkpoint.get("global_step", 0)))
 
     # --- training ------------------------------------------------------------------------
 
@@ -213,11 +217,20 @@ class AsrModule(L.LightningModule):
             "hyps": {},
         }
 
+    def _is_duplicate(self, utt: str) -> bool:
+        """A copy Lhotse made to give every rank a batch (``<id>_dup<n>``)."""
+        base, sep, n = utt.rpartition("_dup")
+        return bool(sep) and n.isdigit() and utt not in self.references and base in self.references
+
     def on_validation_epoch_start(self) -> None:
         self._valid = self._empty_valid()
 
     @torch.no_grad()
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
+        if all(self._is_duplicate(utt) for utt in batch["ids"]):
+            # Lhotse pads the last round of a sharded epoch with copies when fewer cuts than
+            # ranks are left (a copy is alone in its batch): counting it would bias the metrics
+            return
         loss_utt, _, _ = self(batch)
         num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
         v = self._valid

@@ -4,14 +4,22 @@ Lhotse samplers are iterated in the main process (the DataLoader's workers only 
 of a batch), so the order of batches depends only on the sampler's seed and epoch. On resume the
 wrapper replays the epoch's order and drops the batches the interrupted run already trained on,
 so the run continues where it stopped instead of re-reading the same data. No audio is loaded
-while skipping.
+while skipping. :class:`ResumableCSVLogger` keeps the interrupted run's metrics rows.
 """
 
 from __future__ import annotations
 
+import csv
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+from asrflow.io import atomic_output
 
 log = logging.getLogger(__name__)
 
@@ -39,4 +47,57 @@ class SkippingSampler:
                 break
         if skip:
             log.info("resume: skipped %d batch(es) already trained on in this epoch", skip)
-        yield from iterator
+        # not `yield from iterator`: that calls iter() again, and a Lhotse sampler's __iter__
+        # returns the sampler itself after rewinding it to the start of the epoch
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning's ``CSVLogger`` that keeps the rows of the run it resumes.
+
+    Lightning's writer deletes an existing ``metrics.csv`` when it starts, so a resumed run's
+    learning curve would begin at the resume step. This one keeps the file and appends; the
+    module calls :meth:`resume_at` with the checkpoint's step, which drops rows logged after the
+    checkpoint (the interrupted run's steps that the resumed run trains again).
+    """
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _AppendingWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    def resume_at(self, step: int) -> None:
+        """Drop the rows of steps >= ``step`` (Lightning logs the batch that makes optimizer
+        step ``k + 1``, and the validation after it, at ``step`` k)."""
+        self.experiment.drop_from_step(step)
+
+
+class _AppendingWriter(ExperimentWriter):
+    def _check_log_dir_exists(self) -> None:
+        path = Path(self.metrics_file_path)
+        if path.is_file():
+            with open(path, newline="", encoding="utf-8") as f:
+                self.metrics_keys = sorted(csv.DictReader(f).fieldnames or [])
+
+    def drop_from_step(self, step: int) -> None:
+        self.save()
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            keys = reader.fieldnames or []
+            rows = [r for r in reader if r.get("step") and int(float(r["step"])) < step]
+        with atomic_output(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(rows)
+        log.info("resume: kept %d metrics row(s) of steps before %d in %s", len(rows), step, path)

@@ -130,7 +130,7 @@ def build_trainer_parts(
     import lightning as L
     from lhotse.dataset import SimpleCutSampler
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.data import DataLoader
 
     from asrflow.train.data import AsrDataset, make_sampler
@@ -138,7 +138,7 @@ def build_trainer_parts(
     from asrflow.train.init import apply_init
     from asrflow.train.model import build_model
     from asrflow.train.module import AsrModule
-    from asrflow.train.resume import SkippingSampler
+    from asrflow.train.resume import ResumableCSVLogger, SkippingSampler
     from asrflow.train.tokens import TokenEncoder
 
     L.seed_everything(recipe.trainer.seed, workers=True)
@@ -202,7 +202,7 @@ def build_trainer_parts(
     ]
     callbacks.append(LearningRateMonitor(logging_interval="step"))
     loggers = [
-        CSVLogger(work, name="csv", version=""),
+        ResumableCSVLogger(work, name="csv", version=""),
         TensorBoardLogger(work, name="tensorboard", version=""),
     ]
     return {

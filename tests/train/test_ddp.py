@@ -1,0 +1,220 @@
+"""DDP on two CPU processes (gloo), started the way ``srun`` starts them (simulated SLURM).
+
+One job: two ranks train a tiny run, stop at a planted failure after the step-2 checkpoint,
+resume from it in the same processes and finish at step 8. Checked: each rank trains on its own
+shard and every train utterance is seen exactly once per epoch across the ranks (also across the
+resume); the loss each rank back-propagates is divided by the *global* token count; checkpoints,
+metrics and transcripts are written once, by rank 0; the validation metrics of the sharded dev set
+equal a single-process validation of the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.train.tiny_run import TINY_RECIPE, make_tiny_run, spec_to_json
+
+pytestmark = pytest.mark.slow  # two fresh Python processes: ~40 s of the ~65 s are imports
+
+WORLD = 2
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def srun_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
+    """The environment ``srun --ntasks-per-node=<world>`` gives task ``rank`` on one node."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_"))}
+    env.update(
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NAME="asrflow-test",
+        SLURM_NTASKS=str(world),
+        SLURM_NTASKS_PER_NODE=str(world),
+        SLURM_NNODES="1",
+        SLURM_NODEID="0",
+        SLURM_PROCID=str(rank),
+        SLURM_LOCALID=str(rank),
+        SLURM_NODELIST="127.0.0.1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        **extra,
+    )
+    return env
+
+
+def launch(job: dict, root: Path, world: int = WORLD) -> list[subprocess.Popen]:
+    """Start ``world`` rank workers on ``job`` (logs in ``root/rank<R>.log``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    job_path = root / "job.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        log = open(root / f"rank{rank}.log", "w", encoding="utf-8")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.train.rank_worker", str(job_path)],
+                cwd=ROOT,
+                env=srun_env(rank, world, port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        log.close()
+    return procs
+
+
+def wait_all(procs: list[subprocess.Popen], root: Path, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    try:
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        raise
+    for rank, p in enumerate(procs):
+        log = (root / f"rank{rank}.log").read_text(encoding="utf-8")
+        assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{log[-4000:]}"
+
+
+def records(root: Path, rank: int) -> list[dict]:
+    path = root / f"batches.rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    data = tmp_path_factory.mktemp("data")
+    spec = make_tiny_run(data)
+    root = tmp_path_factory.mktemp("ddp")
+    overrides = {
+        "trainer": {"max_steps": 8, "val_check_interval": 2, "devices": WORLD},
+        # <= 2 s per batch: at least 3 batches per rank and epoch, so step 2 is mid-epoch
+        "batching": {"max_duration": 2.0},
+    }
+    job = {
+        "spec": json.loads(spec_to_json(spec)),
+        "root": str(root),
+        "runs": [
+            {"overrides": overrides, "fail_at_step": 2},  # dies after the step-2 checkpoint
+            {"overrides": overrides, "fail_at_step": None},  # resumes from it
+        ],
+    }
+    started = time.time()
+    wait_all(launch(job, root), root)
+    return spec, root, overrides, time.time() - started
+
+
+def test_each_utterance_once_per_epoch_across_ranks_and_resume(ddp_run):
+    spec, root, _, _ = ddp_run
+    from asrflow.data.cuts import load_cuts
+
+    train_ids = sorted(load_cuts(spec.train_cuts[0]).ids)
+    per_rank = [records(root, r) for r in range(WORLD)]
+    for rank_records in per_rank:
+        assert [r["run"] for r in rank_records if r["step"] < 2] == [0, 0]
+        assert [r["step"] for r in rank_records if r["run"] == 1] == list(range(2, 8))
+    by_epoch: dict[int, list[str]] = defaultdict(list)
+    for rank_records in per_rank:
+        for r in rank_records:
+            by_epoch[r["epoch"]].extend(r["ids"])
+    last_epoch = max(by_epoch)
+    assert last_epoch >= 1
+    for epoch, ids in by_epoch.items():
+        assert len(ids) == len(set(ids)), f"epoch {epoch}: an utterance seen twice"
+        if epoch < last_epoch:
+            assert sorted(ids) == train_ids, f"epoch {epoch} is incomplete"
+    # the ranks trained on different batches at every step
+    for a, b in zip(*per_rank, strict=True):
+        assert a["step"] == b["step"] and not set(a["ids"]) & set(b["ids"])
+    rank0_log = (root / "rank0.log").read_text(encoding="utf-8")
+    assert "resume: skipped 2 batch(es)" in rank0_log
+    assert "slurm launch, rank 0 of 2" in rank0_log
+
+
+def test_loss_is_divided_by_the_global_token_count(ddp_run):
+    _, root, _, _ = ddp_run
+    steps: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for rank in range(WORLD):
+        for r in records(root, rank):
+            steps[(r["run"], r["step"])].append(r)
+    assert len(steps) == 8
+    for key, pair in steps.items():
+        assert len(pair) == WORLD, key
+        global_tokens = sum(r["tokens"] for r in pair)
+        for r in pair:
+            assert r["loss"] == pytest.approx(r["loss_sum"] * WORLD / global_tokens, rel=1e-5)
+
+
+def test_checkpoints_metrics_and_transcripts_are_written_once(ddp_run):
+    _, root, _, _ = ddp_run
+    summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "completed" and summary["steps"] == 8
+    assert summary["world_size"] == WORLD and summary["devices"] == WORLD
+    assert summary["cluster"]["environment"] == "slurm"
+    assert summary["cluster"]["world_size"] == WORLD and summary["cluster"]["job_id"] == "4242"
+    assert summary["resumed_from"] == str(root / "work/checkpoints/last.ckpt")
+    checkpoints = sorted(p.name for p in (root / "out/checkpoints").iterdir())
+    assert len(checkpoints) == 2 and "last.ckpt" in checkpoints, checkpoints
+    assert checkpoints[1].startswith("valid.loss.step")
+    transcripts = sorted(p.name for p in (root / "out/diagnostics/transcripts").iterdir())
+    assert transcripts == [f"step{s:07d}.txt" for s in (2, 4, 6, 8)]
+    final = (root / "out/diagnostics/transcripts/step0000008.txt").read_text(encoding="utf-8")
+    assert final.count("REF:") == TINY_RECIPE["diagnostics"]["num_decode_utterances"]
+    with open(root / "out/csv/metrics.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    # one row per step and validation, not one per rank; the rows of the interrupted run are
+    # kept (Lightning logs the batch that makes step k + 1, and the validation after it, at k)
+    assert [int(r["step"]) for r in rows if r["train/loss"]] == list(range(8))
+    assert [int(r["step"]) for r in rows if r["valid/loss"]] == [1, 3, 5, 7]
+
+
+def test_sharded_validation_equals_single_process_validation(ddp_run, tmp_path):
+    import lightning as L
+
+    from asrflow.train.recipe import load_recipe
+    from asrflow.train.runner import build_trainer_parts
+
+    spec, root, overrides, _ = ddp_run
+    summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
+    recipe = load_recipe(spec.recipe, overrides)
+    parts = build_trainer_parts(spec, recipe, tmp_path)
+    checkpoint = torch.load(root / "out/checkpoints/last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == 8
+    parts["module"].load_state_dict(checkpoint["state_dict"])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    (single,) = trainer.validate(parts["module"], parts["dev_loader"], verbose=False)
+    for key in ("valid/loss", "valid/wer", "valid/cer"):
+        assert summary["final_metrics"][key] == pytest.approx(single[key], rel=1e-5), key
+
+
+def test_two_process_run_time(ddp_run):
+    *_, seconds = ddp_run
+    print(f"two-process DDP job (two runs): {seconds:.1f} s")
+    assert seconds < 240
