@@ -1,0 +1,182 @@
+"""Launch detection under simulated SLURM/torchrun variables, and the CPU fallback."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+from asrflow.errors import AsrflowError
+from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster
+from asrflow.train.runner import train_run
+from tests.train.tiny_run import make_tiny_run
+
+
+def slurm(ntasks: int, per_node: int | None, nnodes: int, procid: int, **extra: str) -> dict:
+    """What ``srun`` sets for task ``procid`` (``per_node=None``: submitted with --ntasks)."""
+    env = {
+        "SLURM_JOB_ID": "777",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NNODES": str(nnodes),
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(procid % (per_node or ntasks)),
+        "SLURM_NODEID": str(procid // (per_node or ntasks)),
+        "SLURM_NODELIST": "gpu[01-02]",
+        **extra,
+    }
+    if per_node is not None:
+        env["SLURM_NTASKS_PER_NODE"] = str(per_node)
+    return env
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("SLURM_") or key in (
+            "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+        ):  # fmt: skip
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def test_two_nodes_of_four_gpus_agree_with_lightning(clean_env):
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    env = slurm(8, 4, 2, procid=5)
+    for key, value in env.items():
+        clean_env.setenv(key, value)
+    info = detect_cluster(devices=4, num_nodes=2)
+    assert info == ClusterInfo(
+        environment="slurm",
+        world_size=8,
+        global_rank=5,
+        local_rank=1,
+        node_rank=1,
+        num_nodes=2,
+        devices=4,
+        job_id="777",
+    )
+    assert SLURMEnvironment.detect()
+    lightning = SLURMEnvironment(auto_requeue=False)
+    lightning.validate_settings(num_devices=4, num_nodes=2)
+    assert (
+        lightning.world_size(),
+        lightning.global_rank(),
+        lightning.local_rank(),
+        lightning.node_rank(),
+        lightning.main_address,
+    ) == (info.world_size, info.global_rank, info.local_rank, info.node_rank, "gpu01")
+
+
+def test_trainer_takes_the_ranks_srun_gives(clean_env):
+    import lightning as L
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    for key, value in slurm(2, 2, 1, procid=1).items():
+        clean_env.setenv(key, value)
+    info = detect_cluster(devices=2)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        plugins=[SLURMEnvironment(auto_requeue=False)],
+        logger=False,
+        enable_checkpointing=False,
+    )
+    assert (trainer.world_size, trainer.global_rank, trainer.local_rank, trainer.node_rank) == (
+        info.world_size,
+        info.global_rank,
+        info.local_rank,
+        info.node_rank,
+    )
+
+
+def test_without_slurm_lightning_or_torchrun_start_the_processes():
+    assert detect_cluster(2, 1, env={}) == ClusterInfo("lightning", 2, 0, 0, 0, 1, 2)
+    child = detect_cluster(2, 2, env={"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4"})
+    assert (child.world_size, child.global_rank, child.local_rank, child.node_rank) == (4, 3, 1, 1)
+    torchrun = {"RANK": "2", "GROUP_RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    info = detect_cluster(2, 2, env={**torchrun, "WORLD_SIZE": "4"})
+    assert (info.environment, info.global_rank, info.node_rank) == ("torchelastic", 2, 1)
+    with pytest.raises(AsrflowError, match="--nproc-per-node 2"):
+        detect_cluster(2, 2, env={**torchrun, "WORLD_SIZE": "2"})
+
+
+@pytest.mark.parametrize("name", ["bash", "interactive"])
+def test_interactive_slurm_sessions_are_not_srun_launches(name: str):
+    env = slurm(1, 1, 1, procid=0, SLURM_JOB_NAME=name)
+    assert detect_cluster(2, 1, env=env).environment == "lightning"
+
+
+@pytest.mark.parametrize(
+    ("env", "devices", "nodes", "message"),
+    [
+        # one task for a 4-GPU run: srun was not told to start one task per GPU
+        (slurm(1, 1, 1, 0), 4, 1, r"runs 1 task\(s\) \(SLURM_NTASKS\).*4 device\(s\) x 1 node"),
+        (slurm(4, None, 1, 0), 4, 1, r"without SLURM_NTASKS_PER_NODE"),
+        (slurm(4, 2, 2, 0), 4, 1, r"2 task\(s\) per node \(SLURM_NTASKS_PER_NODE\)"),
+        # the right number of tasks, spread over two nodes for a one-node run
+        (slurm(8, 4, 2, 0), 8, 1, r"runs 4 task\(s\) per node"),
+        (slurm(4, 2, 1, 0), 2, 2, r"spans 1 node\(s\)"),
+    ],
+)
+def test_a_launch_that_does_not_match_the_run_is_refused(env, devices, nodes, message):
+    with pytest.raises(AsrflowError, match=message) as err:
+        detect_cluster(devices, nodes, env=env)
+    assert f"ntasks-per-node={devices}" in str(err.value)
+    assert "SLURM job 777" in str(err.value)
+
+
+def test_gpu_run_without_a_gpu_falls_back_to_cpu_fp32(monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    kwargs = {"accelerator": "gpu", "precision": "bf16-mixed", "devices": 1, "max_steps": 5}
+    with caplog.at_level(logging.WARNING):
+        out, warning = cpu_fallback(kwargs)
+    assert out == {**kwargs, "accelerator": "cpu", "precision": "32-true"}
+    assert "TRAINING ON THE CPU" in warning and "CUDA_VISIBLE_DEVICES=0" in warning
+    assert "TRAINING ON THE CPU" in caplog.text
+    assert cpu_fallback({"accelerator": "cpu", "precision": "32-true"})[1] is None
+    assert cpu_fallback({"accelerator": "auto"})[1] is None  # Lightning picks the CPU itself
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cpu_fallback(kwargs) == (kwargs, None)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_run(tmp_path_factory.mktemp("tiny"))
+
+
+def test_gpu_job_on_a_fake_gres_slurm_node_trains_on_the_cpu(tiny, tmp_path, clean_env, caplog):
+    """A CI SLURM node advertising fake GPU GRES: one task, CUDA_VISIBLE_DEVICES, no CUDA."""
+    for key, value in slurm(1, 1, 1, procid=0).items():
+        clean_env.setenv(key, value)
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "0")
+    clean_env.setattr(torch.cuda, "is_available", lambda: False)
+    spec = dataclasses.replace(
+        tiny, overrides={"trainer": {"accelerator": "gpu", "precision": "bf16-mixed"}}
+    )
+    with caplog.at_level(logging.INFO):
+        summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    assert summary["status"] == "completed"
+    assert summary["accelerator"] == "cpu" and summary["precision"] == "32-true"
+    assert "TRAINING ON THE CPU" in summary["accelerator_fallback"]
+    assert summary["cluster"]["environment"] == "slurm" and summary["cluster"]["job_id"] == "777"
+    assert "slurm launch, rank 0 of 1" in caplog.text
+
+
+def test_train_run_refuses_a_mismatched_launch_before_training(tiny, tmp_path, clean_env):
+    for key, value in slurm(2, 2, 1, procid=0).items():
+        clean_env.setenv(key, value)
+    with pytest.raises(AsrflowError, match="ntasks-per-node=1"):
+        train_run(tiny, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    import json
+
+    work = json.loads((tmp_path / "work/summary.json").read_text(encoding="utf-8"))
+    assert work["status"] == "failed" and work["failure"] is None
+    assert not (tmp_path / "out").exists()
