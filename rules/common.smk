@@ -132,8 +132,10 @@ def average_criterion(wildcards):
 
 def export_inputs(wildcards):
     """What an artifact is exported from: the trained run, its tokenizer, and for an
-    average the averaged weights."""
+    average the averaged weights; the baseline only from the run's init weights."""
     run = wildcards.run
+    if wildcards.artifact == "baseline":
+        return run_init_weights(wildcards)
     tokenizer = layout.run(config, run)["tokenizer"]
     inputs = {
         "summary": layout.run_file(run, "train", "summary.json"),

@@ -1,5 +1,6 @@
 # Choosing the model: average each criterion's top-k checkpoints, export every artifact as a
-# package ESPnet's Speech2Text loads (last, best per criterion, averages).
+# package ESPnet's Speech2Text loads (baseline of a fine-tuning run, last, best per criterion,
+# averages).
 
 
 rule average_checkpoints:
@@ -29,5 +30,7 @@ rule export_artifact:
         layout.log("export_artifact", "{run}", "{artifact}"),
     conda:
         "../envs/asrflow.yaml"
+    params:
+        init_model=lookup(dpath="runs/{run}/init/model", within=config, default=None),
     script:
         "../scripts/export_artifact.py"

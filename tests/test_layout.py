@@ -235,3 +235,18 @@ def test_eval_sets_dev_first_then_tests_then_extra_sets() -> None:
     config["evaluation"]["extra_sets"] = ["suppliers.test"]
     with pytest.raises(AsrflowError, match="suppliers.test"):
         layout.check_config(config)
+
+
+def test_a_fine_tuning_run_has_a_baseline_only_when_its_init_model_has_a_config(tmp_path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "model.pth").write_bytes(b"")
+    run = {"corpora": ["demo"], "tokenizer": "t", "recipe": "x", "init": {"model": str(package)}}
+    config = {"corpora": {"demo": {"source": "synthetic"}}, "runs": {"r": run}}
+    assert not layout.has_baseline(config, "r")  # weights without a model description
+    (package / "config.yaml").write_text("encoder: conformer\n")
+    assert layout.has_baseline(config, "r")
+    run["init"]["model"] = str(tmp_path / "not-made-yet")
+    assert not layout.has_baseline(config, "r")
+    del run["init"]
+    assert not layout.has_baseline(config, "r")

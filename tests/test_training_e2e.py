@@ -172,6 +172,39 @@ def test_every_artifact_is_exported_as_a_package_espnet_loads(trained):
     assert isinstance(text, str)
 
 
+def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
+    import pandas as pd
+
+    run = trained / "results/runs/tiny_ctc"
+    artifacts = ["last", "valid.loss.ave_2best", "valid.loss.best", "valid.wer.best"]
+    contracts = set()
+    for artifact in artifacts:
+        for eval_set in ("tiny.dev", "tiny.test"):
+            summary = json.loads((run / "eval" / artifact / eval_set / "summary.json").read_text())
+            assert summary["dtype"] == "bfloat16" and summary["autocast"] is False
+            assert summary["dtypes"]["frontend"] == "float32"
+            assert summary["num_utterances"] > 0 and summary["rtf"] > 0
+            contracts.add(summary["contract_sha256"])
+            assert (run / "eval" / artifact / eval_set / "utterances.csv").stat().st_size > 0
+    assert len(contracts) == 1
+    selected = json.loads((run / "selected.json").read_text())
+    assert selected["eval_set"] == "tiny.dev" and selected["selected"] in artifacts
+    assert set(selected["candidates"]) == set(artifacts)
+
+    table = pd.read_csv(trained / "results/report/comparison.csv")
+    for column in ("run", "artifact", "eval_set", "wer", "cer", "selected", "status"):
+        assert column in table.columns, column
+    assert len(table) == 8 and set(table["status"]) == {"completed"}
+    chosen = table[table["selected"]]
+    assert set(chosen["artifact"]) == {selected["selected"]}
+    assert set(chosen["eval_set"]) == {"tiny.dev", "tiny.test"}
+    assert "tiny_ctc" in (trained / "results/report/comparison.md").read_text()
+    plots = trained / "results/report/plots/tiny_ctc"
+    for name in ("learning_curves.png", "tiny.dev.slices.png", "tiny.test.slices.png"):
+        assert (plots / name).stat().st_size > 0, name
+    assert len(list((trained / "results/archive/evals").glob("*.json"))) == 8
+
+
 def test_killed_train_job_resumes_from_its_last_checkpoint(trained):
     recipe = json.loads(json.dumps(TINY_RECIPE))
     recipe["trainer"].update(max_steps=48, val_check_interval=4)

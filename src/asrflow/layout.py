@@ -349,11 +349,25 @@ def run_recipe(config: Config, name: str):
     return load_recipe(recipe_file(run(config, name)["recipe"]), train_overrides(config, name))
 
 
+def has_baseline(config: Config, name: str) -> bool:
+    """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package
+    or an ESPnet model directory) has a ``baseline`` artifact: its start weights."""
+    from asrflow.train.init import find_config
+
+    init = run(config, name).get("init")
+    if not init:
+        return False
+    try:
+        return find_config(init["model"]) is not None
+    except AsrflowError:
+        return False  # not there yet (made by another rule) or unusable: the train rule says why
+
+
 def run_artifacts(config: Config, name: str) -> list[str]:
     """The artifacts a run exports (see :mod:`asrflow.select.stages`)."""
     from asrflow.select.stages import artifact_names
 
-    return artifact_names(run_recipe(config, name).criteria)
+    return artifact_names(run_recipe(config, name).criteria, has_baseline(config, name))
 
 
 def average_criterion(config: Config, name: str, average: str) -> tuple[str, int]:

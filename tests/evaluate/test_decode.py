@@ -163,3 +163,39 @@ def test_evaluate_artifact_writes_pooled_and_sliced_scores(package, trained, tmp
     assert rows[2]["ref_norm"] == "red blue" and rows[2]["condition"] == "noisy"
     alignments = (out / "alignments.txt").read_text()
     assert "u3" in alignments and "u0" not in alignments
+
+
+def test_baseline_of_a_fine_tuning_run_is_its_init_model_exported_as_it_is(
+    package, trained, tmp_path
+):
+    """A fine-tuning run's baseline: the init weights with the init model's own config, token
+    list and BPE model, from an asrflow package or an ESPnet model directory."""
+    import shutil
+
+    import yaml
+
+    from asrflow.select.stages import export_baseline
+
+    manifest = export_baseline(package, tmp_path / "from-package")
+    assert manifest["artifact"] == "baseline"
+    assert (
+        manifest["files"]["model.pth"]
+        == json.loads((package / "package.json").read_text())["files"]["model.pth"]
+    )
+
+    espnet_dir = tmp_path / "exp" / "asr_tiny"  # as ESPnet leaves it: bpemodel relative
+    espnet_dir.mkdir(parents=True)
+    shutil.copy(package / "model.pth", espnet_dir / "valid.acc.ave.pth")
+    (espnet_dir / "data").mkdir()
+    shutil.copy(package / "bpe.model", espnet_dir / "data" / "bpe.model")
+    config = yaml.safe_load((package / "config.yaml").read_text())
+    config["bpemodel"] = "data/bpe.model"
+    (espnet_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    export_baseline(espnet_dir, tmp_path / "from-espnet")
+    _, hyps = _transcribe(tmp_path / "from-espnet", trained.audio, dtype="float32")
+    assert hyps == list(TEXTS)
+
+    bare = tmp_path / "bare.pth"
+    shutil.copy(package / "model.pth", bare)
+    with pytest.raises(AsrflowError, match=r"no ESPnet config\.yaml"):
+        export_baseline(bare, tmp_path / "from-bare")

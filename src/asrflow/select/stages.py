@@ -2,6 +2,10 @@
 
 Artifact names of a run (``runs.<run>`` with its recipe's ``best_model_criterion``):
 
+- ``baseline``: the start weights of a fine-tuning run (``runs.<run>.init``), exported with the
+  init model's own config, vocabulary and BPE model, so the report shows what fine-tuning gained;
+  only when the init model comes with its ESPnet ``config.yaml`` (a package or an ESPnet model
+  directory; a bare ``.pth``/``.ckpt`` has no model description to export);
 - ``last``: the last checkpoint;
 - ``<monitor>.best`` (``valid.loss.best``): the best single checkpoint by that criterion;
 - ``<monitor>.ave_<k>best`` (``valid.loss.ave_3best``, ESPnet3's name): the float64 average of
@@ -23,11 +27,13 @@ from asrflow.train.runner import CHECKPOINTS, LAST, checkpoint_tag
 from asrflow.types import Pathlike
 
 BEST = "best"
+BASELINE = "baseline"
 
 
-def artifact_names(criteria: Sequence[Criterion]) -> list[str]:
-    """Every artifact a run exports: last, the best and the average of each criterion."""
-    names = ["last"]
+def artifact_names(criteria: Sequence[Criterion], baseline: bool = False) -> list[str]:
+    """Every artifact a run exports: [baseline], last, the best and the average of each
+    criterion."""
+    names = [BASELINE, "last"] if baseline else ["last"]
     for c in criteria:
         names.append(f"{checkpoint_tag(c.monitor)}.{BEST}")
         if c.top_k > 1:
@@ -98,3 +104,53 @@ def export_run_artifact(
         artifact=artifact,
         provenance={"run_summary": str(summary), "source": str(source)},
     )
+
+
+def _baseline_bpe(init_model: Path, config_file: Path, config: dict[str, Any]) -> Path:
+    """The SentencePiece model of an init model: next to its config (asrflow packages), else
+    the config's ``bpemodel`` as written or relative to the model directory."""
+    candidates = [config_file.parent / "bpe.model"]
+    written = config.get("bpemodel")
+    if written:
+        candidates += [Path(written), init_model / written, config_file.parent / written]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise AsrflowError(
+        f"{config_file}: cannot find the BPE model of the init model (looked at "
+        f"{', '.join(map(str, candidates))}); put its bpe.model next to config.yaml to "
+        "evaluate the baseline"
+    )
+
+
+def export_baseline(init_model: Pathlike, out_dir: Pathlike) -> dict[str, Any]:
+    """Export the start weights of a fine-tuning run as the ``baseline`` package: the init
+    model's weights with its own ESPnet config, token list and BPE model."""
+    import tempfile
+
+    import yaml
+
+    from asrflow.train.init import find_config, find_weights, read_token_list
+
+    model = Path(init_model)
+    config_file = find_config(model)
+    if config_file is None:
+        raise AsrflowError(
+            f"init.model {str(model)!r} has no ESPnet config.yaml next to its weights, so its "
+            "baseline cannot be exported"
+        )
+    config = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    tokens = read_token_list(config_file)
+    config["token_list"] = tokens
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens_txt = Path(tmp) / "tokens.txt"
+        tokens_txt.write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+        return export_package(
+            state_dict_or_checkpoint=find_weights(model),
+            espnet_args=config,
+            bpe_model=_baseline_bpe(model, config_file, config),
+            tokens_txt=tokens_txt,
+            out_dir=out_dir,
+            artifact=BASELINE,
+            provenance={"init_model": str(model), "config": str(config_file)},
+        )
