@@ -107,11 +107,13 @@ class PreemptionCheckpoint(L.Callback):
     Lightning's signal connector only notes the SIGTERM (``trainer.received_sigterm``) and raises
     its ``SIGTERMException`` at the next check. This callback saves ``path`` (the ``last.ckpt``
     that a rerun resumes from: weights, optimizer, scheduler, step and the position in the
-    epoch's batch order) right after the training batch during which the signal came, before any
-    validation, and then stops. Under DDP the ranks agree through a one-element all-reduce per
-    step, so they save and stop together. A SIGTERM during validation saves nothing (a checkpoint
-    taken in the middle of a validation would resume into a partial one): the rerun starts from
-    the checkpoint of the previous validation.
+    epoch's batch order) right after the training batch during which the signal came, and stops
+    before any validation or further batch. Under DDP the ranks agree through a one-element
+    all-reduce per step, so they save together. (A rank whose own SIGTERM comes later than the
+    others' may then stop with a communication error instead: the checkpoint is saved all the
+    same, and the job fails and is retried either way.) A SIGTERM during validation saves
+    nothing (a checkpoint taken in the middle of a validation would resume into a partial one):
+    the rerun starts from the checkpoint of the previous validation.
     """
 
     def __init__(self, path: Pathlike) -> None:
@@ -129,11 +131,22 @@ class PreemptionCheckpoint(L.Callback):
         )
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if self.saved_step is not None:
+            return
         flag = torch.tensor([float(trainer.received_sigterm)], device=pl_module.device)
         if trainer.world_size > 1:
             flag = trainer.strategy.reduce(flag, reduce_op="sum")
-        if float(flag.item()) > 0 and self.saved_step is None:
+        if float(flag.item()) > 0:
             self._save(trainer)
+
+    # stop after the step's metrics are logged, before a validation or the next batch starts
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.saved_step is not None:
+            raise SIGTERMException()
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        if self.saved_step is not None:
             raise SIGTERMException()
 
     def on_exception(
