@@ -313,6 +313,7 @@ def test_slurm_job_is_read_from_the_environment_only_inside_a_job() -> None:
         "SLURM_JOB_PARTITION": "gpu",
         "SLURM_JOB_NODELIST": "node[01-02]",
         "SLURM_GPUS": "a100:1",
+        "SLURM_GPUS_ON_NODE": "1",
         "CUDA_VISIBLE_DEVICES": "0",
         "HOME": "/root",
     }
@@ -323,6 +324,7 @@ def test_slurm_job_is_read_from_the_environment_only_inside_a_job() -> None:
         "partition": "gpu",
         "nodelist": "node[01-02]",
         "gpus": "a100:1",
+        "gpus_on_node": "1",
         "cuda_visible_devices": "0",
     }
 

@@ -129,10 +129,14 @@ SLURM_FIELDS = {
     "cpus_on_node": "SLURM_CPUS_ON_NODE",
     "gpus": "SLURM_GPUS",
     "job_gpus": "SLURM_JOB_GPUS",
+    "gpus_on_node": "SLURM_GPUS_ON_NODE",
+    "step_gpus": "SLURM_STEP_GPUS",
     "cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
     "restart_count": "SLURM_RESTART_COUNT",
 }  # record key -> environment variable
-"""What :func:`slurm_job` records of the SLURM environment (each only when set)."""
+"""What :func:`slurm_job` records of the SLURM environment (each only when set). Inside the
+``srun`` step that snakemake-executor-plugin-slurm runs a job in, the job's ``SLURM_GPUS`` is
+gone; the step's ``SLURM_GPUS_ON_NODE``/``SLURM_STEP_GPUS`` and ``CUDA_VISIBLE_DEVICES`` remain."""
 
 
 def slurm_job(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
