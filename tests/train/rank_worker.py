@@ -3,8 +3,8 @@
 ``JOB.json`` holds ``spec`` (a :class:`RunSpec` as JSON), ``root`` (work, out and summary go
 under it) and ``runs``: a list of ``{"overrides": {...}, "fail_at_step": N | null}`` trained one
 after the other in this process (a planted failure at step N stops a run like a crash would, and
-the next run resumes from its checkpoint). The rank comes from ``SLURM_PROCID`` (the tests
-simulate ``srun``).
+the next run resumes from its checkpoint); ``sleep_per_step`` (seconds) slows training down. The
+rank comes from ``SLURM_PROCID`` (the tests simulate ``srun``).
 
 Every training batch is recorded in ``<root>/batches.rank<R>.jsonl`` (run, epoch, step, cut IDs,
 target tokens, ESPnet's summed loss and the loss the module returned), and the step reached is
@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from asrflow.train.module import AsrModule
@@ -44,6 +45,7 @@ def main(job_path: str) -> None:
         if state["fail_at_step"] is not None and self.global_step == state["fail_at_step"]:
             raise RuntimeError(f"planted failure at step {self.global_step}")
         loss = training_step(self, batch, batch_idx)
+        time.sleep(job.get("sleep_per_step", 0.0))
         record = {
             "run": state["run"],
             "epoch": self.current_epoch,
