@@ -43,12 +43,6 @@ from asrflow.hashing import sha256_file
 from asrflow.io import write_json
 from asrflow.text import TextNormalization, normalize
 from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster
-from asrflow.train.failures import (
-    OUT_OF_MEMORY,
-    PreemptionCheckpoint,
-    TrainingPreempted,
-    result_failure,
-)
 from asrflow.train.recipe import (
     Recipe,
     check_recipe,
@@ -285,6 +279,13 @@ def train_run(
     """
     import lightning as L
     from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from asrflow.train.failures import (
+        OUT_OF_MEMORY,
+        PreemptionCheckpoint,
+        TrainingPreempted,
+        result_failure,
+    )
 
     work, out = Path(work_dir), Path(out_dir)
     work.mkdir(parents=True, exist_ok=True)
