@@ -61,23 +61,30 @@ class ResumableCSVLogger(CSVLogger):
     """Lightning's ``CSVLogger`` that keeps the rows of the run it resumes.
 
     Lightning's writer deletes an existing ``metrics.csv`` when it starts, so a resumed run's
-    learning curve would begin at the resume step. This one keeps the file and appends; the
-    module calls :meth:`resume_at` with the checkpoint's step, which drops rows logged after the
-    checkpoint (the interrupted run's steps that the resumed run trains again).
+    learning curve would begin at the resume step. With ``resuming=True`` this one keeps the file
+    and appends; the module calls :meth:`resume_at` with the checkpoint's step, which drops rows
+    logged after the checkpoint (the interrupted run's steps that the resumed run trains again).
+    A run that starts from scratch starts a new file, as Lightning's does.
     """
+
+    def __init__(self, *args: Any, resuming: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resuming = resuming
 
     @property
     @rank_zero_experiment
-    def experiment(self) -> _AppendingWriter:
+    def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+            writer = _AppendingWriter if self.resuming else ExperimentWriter
+            self._experiment = writer(log_dir=self.log_dir)
         return self._experiment
 
     def resume_at(self, step: int) -> None:
         """Drop the rows of steps >= ``step`` (Lightning logs the batch that makes optimizer
         step ``k + 1``, and the validation after it, at ``step`` k)."""
-        self.experiment.drop_from_step(step)
+        if self.resuming:
+            self.experiment.drop_from_step(step)
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -95,9 +102,17 @@ class _AppendingWriter(ExperimentWriter):
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             keys = reader.fieldnames or []
-            rows = [r for r in reader if r.get("step") and int(float(r["step"])) < step]
+            rows = [r for r in reader if _step(r) is not None and _step(r) < step]
         with atomic_output(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=keys)
             writer.writeheader()
             writer.writerows(rows)
         log.info("resume: kept %d metrics row(s) of steps before %d in %s", len(rows), step, path)
+
+
+def _step(row: dict[str, str | None]) -> int | None:
+    """A metrics row's step; ``None`` for a row cut short (a job killed while writing)."""
+    try:
+        return int(float(row.get("step") or ""))
+    except ValueError:
+        return None

@@ -196,7 +196,9 @@ def build_trainer_parts(
     ]
     callbacks.append(LearningRateMonitor(logging_interval="step"))
     loggers = [
-        ResumableCSVLogger(work, name="csv", version=""),
+        ResumableCSVLogger(
+            work, name="csv", version="", resuming=(work / CHECKPOINTS / LAST).is_file()
+        ),
         TensorBoardLogger(work, name="tensorboard", version=""),
     ]
     return {
