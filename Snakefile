@@ -18,6 +18,15 @@ include: "rules/select.smk"
 include: "rules/evaluate.smk"
 
 
+# Jobs that only read small JSON/CSV files run on the submitting host, not as cluster jobs.
+localrules:
+    all,
+    select_model,
+    plot_learning_curves,
+    plot_slices,
+    report,
+
+
 rule all:
     default_target: True
     input:

@@ -76,6 +76,11 @@ def test_two_nodes_of_four_gpus_agree_with_lightning(clean_env):
 def test_trainer_takes_the_ranks_srun_gives(clean_env):
     import lightning as L
     from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    # the Trainer sets Lightning's process-wide rank to 1 here: put it back afterwards, or every
+    # later test's rank-zero-only logging (CSV metrics, checkpoints) silently does nothing
+    clean_env.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0))
 
     for key, value in slurm(2, 2, 1, procid=1).items():
         clean_env.setenv(key, value)

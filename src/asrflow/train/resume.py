@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -116,3 +118,47 @@ def _step(row: dict[str, str | None]) -> int | None:
         return int(float(row.get("step") or ""))
     except ValueError:
         return None
+
+
+class LastCheckpoint(Checkpoint):
+    """Writes ``last.ckpt`` after *every* validation, once every top-k callback has taken it in.
+
+    Lightning's ``ModelCheckpoint(save_last=True)`` writes ``last.ckpt`` only when that very
+    callback saved a top-k file at this step (lightning 2.6): with a criterion that stops
+    improving, ``last.ckpt`` falls behind and a resume repeats all the steps since, or restores
+    the other callbacks' top-k lists as they were then (measured: a resumed, finished run
+    reported a best checkpoint it had since replaced). Lightning runs checkpoint callbacks last,
+    in list order, so this one goes at the end of the list. The file is written under a
+    temporary name and renamed, so a kill mid-write never leaves a truncated ``last.ckpt``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def state_key(self) -> str:
+        return "LastCheckpoint"
+
+    def save(self, trainer: Any) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, self.path)
+        trainer.strategy.barrier("asrflow-last-checkpoint")
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            self.save(trainer)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        # a run whose max_steps is not a multiple of the validation interval ends between
+        # validations: its final state is still what a rerun must find
+        if self._saved_step(trainer) != trainer.global_step:
+            self.save(trainer)
+
+    def _saved_step(self, trainer: Any) -> int | None:
+        if not self.path.is_file():
+            return None
+        import torch
+
+        return torch.load(self.path, map_location="cpu", weights_only=True).get("global_step")

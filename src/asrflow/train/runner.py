@@ -52,6 +52,7 @@ from asrflow.train.recipe import (
     update_budget,
 )
 from asrflow.train.schedule import warmup_steps
+from asrflow.train.workdir import claim_work_dir, env_rank, run_identity
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def build_trainer_parts(
     from asrflow.train.init import apply_init
     from asrflow.train.model import build_model
     from asrflow.train.module import AsrModule
-    from asrflow.train.resume import ResumableCSVLogger, SkippingSampler
+    from asrflow.train.resume import LastCheckpoint, ResumableCSVLogger, SkippingSampler
     from asrflow.train.tokens import TokenEncoder
 
     L.seed_everything(recipe.trainer.seed, workers=True)
@@ -190,10 +191,10 @@ def build_trainer_parts(
             save_top_k=c.top_k,
             filename=f"{checkpoint_tag(c.monitor)}.step{{step:07d}}",
             auto_insert_metric_name=False,
-            save_last=(i == 0),
         )
-        for i, c in enumerate(recipe.criteria)
+        for c in recipe.criteria
     ]
+    callbacks.append(LastCheckpoint(ckpt_dir / LAST))  # after the top-k callbacks: see its doc
     callbacks.append(LearningRateMonitor(logging_interval="step"))
     loggers = [
         ResumableCSVLogger(
@@ -306,6 +307,7 @@ def train_run(
         "init": dict(spec.init) if spec.init else None,
         "host": platform.node(),
     }
+    claim_work_dir(work, run_identity(summary["hashes"], recipe, spec.init), rank=env_rank())
     started = time.time()
     last = work / CHECKPOINTS / LAST
     resumed_from = str(last) if last.is_file() else None
