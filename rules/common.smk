@@ -111,6 +111,12 @@ def run_threads(wildcards):
     return res["cpus_per_device"] * max(1, res["devices"])
 
 
+def run_runtime(wildcards, attempt):
+    """The train job's time limit in minutes: runs.<run>.resources.runtime, times the attempt
+    (a retry after a time-out resumes from last.ckpt with more time)."""
+    return layout.run(config, wildcards.run)["resources"]["runtime"] * attempt
+
+
 def run_gpus(wildcards):
     return layout.run(config, wildcards.run)["resources"]["devices"]
 

@@ -25,7 +25,8 @@ rule evaluate:
         gpu=config["evaluation"]["resources"]["devices"],
         cpus_per_gpu=config["evaluation"]["resources"]["cpus_per_device"],
         mem_mb=config["evaluation"]["resources"]["mem_mb"],
-        runtime=config["evaluation"]["resources"]["runtime"],
+        runtime=lambda wildcards, attempt: config["evaluation"]["resources"]["runtime"]
+        * attempt,
     params:
         evaluation=config["evaluation"],
         slice_fields=eval_slice_fields,

@@ -72,7 +72,7 @@ checkpoint train:
         gpu=run_gpus,
         cpus_per_gpu=run_cpus_per_gpu,
         mem_mb=lookup(dpath="runs/{run}/resources/mem_mb", within=config),
-        runtime=lookup(dpath="runs/{run}/resources/runtime", within=config),
+        runtime=run_runtime,
         nodes=lookup(dpath="runs/{run}/resources/nodes", within=config),
     params:
         overrides=run_overrides,
