@@ -226,3 +226,56 @@ def test_artifacts_made_on_the_cluster_verify(slurm_run):
     workdir, _ = slurm_run
     assert (workdir / TARGET).is_file()
     assert asrflow_main(["verify", str(workdir / "results")]) == 0
+
+
+def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
+    """issue 5 section 4: a train job cancelled by SLURM (SIGTERM) saves last.ckpt at the next
+    step; the profile's retry resumes from it, losing no more than one checkpoint interval."""
+    import time
+
+    import torch
+
+    workdir, _ = slurm_run
+    recipe = tiny_recipe()
+    recipe["trainer"].update(max_steps=160, val_check_interval=8)  # a bigger budget trains on
+    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
+    prefix = f"asrflowtest_{uuid.uuid4().hex[:8]}"
+    command = slurm_command(prefix)
+    command[command.index("--retries") + 1] = "1"
+    command[-1] = f"results/runs/{RUN}/train/summary.json"
+    last = workdir / f"results/work/{RUN}/checkpoints/last.ckpt"
+    proc = subprocess.Popen(
+        command, cwd=workdir, env=environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    cancelled_at = None
+    try:
+        deadline = time.time() + TIMEOUT_S
+        while time.time() < deadline and proc.poll() is None and cancelled_at is None:
+            time.sleep(1)
+            if last.is_file():
+                step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
+                if step >= 24:  # the resumed 8-step run has trained on: cancel it mid-run
+                    cancelled_at = step
+                    cancel_leftovers(prefix)
+        assert cancelled_at is not None, "the train job never got past step 24"
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cancel_leftovers(prefix)
+    assert proc.returncode == 0, out[-6000:]
+    summary = json.loads((workdir / f"results/runs/{RUN}/train/summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 160, summary
+    assert summary["resumed_from"], summary
+    logs = "\n".join(
+        p.read_text() for p in (workdir / ".snakemake/slurm_logs/rule_train").rglob("*.log")
+    )
+    saved = [int(s) for s in re.findall(r"SIGTERM: saved \S+ at step (\d+)", logs)]
+    assert saved and saved[-1] >= cancelled_at, logs[-3000:]
+    # the retry continued from the step the cancelled job saved: every step once in the metrics
+    rows = (workdir / f"results/work/{RUN}/csv/metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    loss, step = header.index("train/loss"), header.index("step")
+    steps = [int(r.split(",")[step]) for r in rows[1:] if r.split(",")[loss]]
+    assert steps == list(range(160))
