@@ -80,6 +80,11 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
 
 
+def read_json(path: Pathlike) -> Any:
+    """The JSON document in ``path`` (UTF-8)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def write_json(path: Pathlike, obj: Any) -> None:
     """Atomically write ``obj`` as stable JSON (sorted keys) to ``path``."""
     write_text(path, dumps_json(obj))

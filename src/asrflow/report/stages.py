@@ -3,23 +3,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from asrflow.io import read_json
 from asrflow.report.comparison import comparison_table, load_archive, write_report_tables
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
-
-
-def _read(path: Pathlike) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def build_report(
@@ -34,10 +29,10 @@ def build_report(
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included."""
-    trains = {s["run"]: s for s in map(_read, train_summaries)}
-    selected = {s["run"]: s for s in map(_read, selections)}
+    trains = {s["run"]: s for s in map(read_json, train_summaries)}
+    selected = {s["run"]: s for s in map(read_json, selections)}
     archived = load_archive(archive_dir) if archive_dir and Path(archive_dir).is_dir() else []
-    df = comparison_table(trains, [_read(p) for p in evaluations], selected, archived)
+    df = comparison_table(trains, [read_json(p) for p in evaluations], selected, archived)
     write_report_tables(df, csv_path, md_path, html_path)
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
@@ -53,4 +48,4 @@ def learning_curves(artifacts: Pathlike, out_png: Pathlike, run: str) -> None:
 
 
 def slice_plot(evaluations: Sequence[Pathlike], out_png: Pathlike, eval_set: str) -> None:
-    plot_slice_wer([_read(p) for p in evaluations], out_png, eval_set=eval_set)
+    plot_slice_wer([read_json(p) for p in evaluations], out_png, eval_set=eval_set)

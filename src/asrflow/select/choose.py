@@ -21,14 +21,12 @@ candidate's weights.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from asrflow.errors import AsrflowError
-from asrflow.io import write_json
+from asrflow.io import read_json, write_json
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -130,7 +128,7 @@ def select_run(
     dev_summaries: Sequence[Pathlike], *, run: str, dev_set: str, out: Pathlike
 ) -> dict[str, Any]:
     """:func:`select_model` on summary files; writes ``selected.json`` to ``out``."""
-    summaries = [json.loads(Path(p).read_text(encoding="utf-8")) for p in dev_summaries]
+    summaries = [read_json(p) for p in dev_summaries]
     selection = select_model(summaries, run=run, dev_set=dev_set)
     write_json(out, selection)
     log.info("run %s: selected %s (%s)", run, selection["selected"], selection["reason"])

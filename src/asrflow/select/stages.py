@@ -21,6 +21,7 @@ from typing import Any
 
 from asrflow.errors import AsrflowError
 from asrflow.export.package import export_package
+from asrflow.io import read_json
 from asrflow.select.average import average_checkpoints, average_name, topk_checkpoints
 from asrflow.train.recipe import Criterion
 from asrflow.train.runner import CHECKPOINTS, LAST, checkpoint_tag
@@ -42,7 +43,7 @@ def artifact_names(criteria: Sequence[Criterion], baseline: bool = False) -> lis
 
 
 def _summary(path: Pathlike) -> dict[str, Any]:
-    summary = json.loads(Path(path).read_text(encoding="utf-8"))
+    summary = read_json(path)
     if summary.get("status") != "completed":
         raise AsrflowError(f"{path}: the run did not complete (status {summary.get('status')!r})")
     return summary

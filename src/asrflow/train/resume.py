@@ -134,6 +134,7 @@ class LastCheckpoint(Checkpoint):
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._saved_step: int | None = None
 
     @property
     def state_key(self) -> str:
@@ -145,6 +146,11 @@ class LastCheckpoint(Checkpoint):
         if trainer.is_global_zero:
             os.replace(tmp, self.path)
         trainer.strategy.barrier("asrflow-last-checkpoint")
+        self._saved_step = trainer.global_step
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.ckpt_path and Path(trainer.ckpt_path) == self.path:
+            self._saved_step = trainer.global_step  # resumed from this file: it holds this step
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.sanity_checking:
@@ -153,12 +159,5 @@ class LastCheckpoint(Checkpoint):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         # a run whose max_steps is not a multiple of the validation interval ends between
         # validations: its final state is still what a rerun must find
-        if self._saved_step(trainer) != trainer.global_step:
+        if self._saved_step != trainer.global_step:
             self.save(trainer)
-
-    def _saved_step(self, trainer: Any) -> int | None:
-        if not self.path.is_file():
-            return None
-        import torch
-
-        return torch.load(self.path, map_location="cpu", weights_only=True).get("global_step")
