@@ -55,12 +55,13 @@ rule plot_learning_curves:
     input:
         artifacts=layout.run_file("{run}", "train", "artifacts"),
     output:
-        report(
+        figure=report(
             layout.report_file("plots", "{run}", "learning_curves.png"),
             caption="../report/learning_curves.rst",
             category="Training",
             subcategory="{run}",
         ),
+        record=layout.prov(layout.report_file("plots", "{run}", "learning_curves.png")),
     log:
         layout.log("plot_learning_curves", "{run}"),
     conda:
@@ -73,12 +74,13 @@ rule plot_slices:
     input:
         evaluations=slice_evaluations,
     output:
-        report(
+        figure=report(
             layout.report_file("plots", "{run}", "{eval_set}.slices.png"),
             caption="../report/slices.rst",
             category="Evaluation",
             subcategory="{run}",
         ),
+        record=layout.prov(layout.report_file("plots", "{run}", "{eval_set}.slices.png")),
     log:
         layout.log("plot_slices", "{run}", "{eval_set}"),
     conda:
@@ -98,6 +100,7 @@ rule report:
             caption="../report/comparison.rst",
             category="Comparison",
         ),
+        record=layout.prov(layout.report_file("comparison.csv")),
     log:
         layout.log("report", "comparison"),
     conda:

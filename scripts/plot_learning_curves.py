@@ -4,4 +4,4 @@ from asrflow.report.stages import learning_curves
 from asrflow.workflow import step
 
 with step(snakemake):
-    learning_curves(snakemake.input.artifacts, snakemake.output[0], snakemake.wildcards.run)
+    learning_curves(snakemake.input.artifacts, snakemake.output.figure, snakemake.wildcards.run)

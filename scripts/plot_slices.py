@@ -4,4 +4,4 @@ from asrflow.report.stages import slice_plot
 from asrflow.workflow import step
 
 with step(snakemake):
-    slice_plot(snakemake.input.evaluations, snakemake.output[0], snakemake.wildcards.eval_set)
+    slice_plot(snakemake.input.evaluations, snakemake.output.figure, snakemake.wildcards.eval_set)

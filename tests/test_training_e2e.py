@@ -202,6 +202,8 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     plots = trained / "results/report/plots/tiny_ctc"
     for name in ("learning_curves.png", "tiny.dev.slices.png", "tiny.test.slices.png"):
         assert (plots / name).stat().st_size > 0, name
+        assert (plots / f"{name}.prov.json").is_file(), name
+    assert (trained / "results/report/comparison.csv.prov.json").is_file()
     # archived by weights: artifacts with identical weights (last and a best at the last step)
     # share one file per eval set
     assert len(list((trained / "results/archive/evals").glob("*.json"))) == 2 * len(
