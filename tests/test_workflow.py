@@ -13,7 +13,7 @@ from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params
 from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.hashing import sha256_file
 from asrflow.provenance import MODIFIED_OUTPUT, verify
-from asrflow.workflow import Step, _caller_script, files_by_name, step
+from asrflow.workflow import Step, _caller_script, files_by_name, rank_log, step
 
 
 def fake_snakemake(record: bool = True, log: bool = True) -> SimpleNamespace:
@@ -138,6 +138,36 @@ def test_logging_restored_after_step(ws: Path) -> None:
     with step(fake_snakemake(record=False)):
         pass
     assert (list(root.handlers), root.level) == before
+
+
+def test_other_ranks_keep_off_the_job_log_and_record(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank Lightning starts inside a one-task SLURM job runs the job script again: it must not
+    truncate rank 0's log nor write the record (rank 0's outputs may not exist yet)."""
+    Path("logs").mkdir()
+    Path("logs/toy.log").write_text("rank 0 was here\n")
+    for key, value in {"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    with step(fake_snakemake()) as s:
+        logging.getLogger("asrflow.somewhere").info("rank 1 working")
+    assert s.rank == 1
+    assert Path("logs/toy.log").read_text() == "rank 0 was here\n"
+    text = Path("logs/toy.rank1.log").read_text()
+    assert "rank 1 working" in text and "rank 1 of a multi-process job" in text
+    assert "rule toy: done" in text
+    assert not Path("results/toy/data.prov.json").exists()
+    assert s.write_record() is None
+    # the process that started the others (LOCAL_RANK=0 once it has) owns the job
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with step(fake_snakemake()):
+        produce()
+    assert "rank 1 working" not in Path("logs/toy.log").read_text()
+    assert Path("results/toy/data.prov.json").is_file()
+
+
+def test_rank_log() -> None:
+    assert rank_log("logs/train/big.log", 3) == Path("logs/train/big.rank3.log")
 
 
 def test_script_path_as_snakemake_runs_it(ws: Path) -> None:

@@ -12,6 +12,13 @@ On normal exit, if the rule declares an output named ``record``, a provenance re
 (:mod:`asrflow.provenance`) is written there, with the digests of every other output, every input
 and the extra inputs. On an exception the error is logged (a user error, :class:`AsrflowError`,
 as its message only; anything else with its traceback) and re-raised, so the job fails.
+
+A multi-GPU train job runs its script once per rank: Lightning's launcher starts the other ranks
+by running the job's script (Snakemake's temporary copy) again, and ``srun`` may start one task
+per device. Only rank 0 (:func:`asrflow.train.cluster.launched_rank`) owns the job: it writes
+``snakemake.log[0]`` and the record. Every other rank logs to stderr and to its own file beside
+the job's log, ``<log stem>.rank<R><suffix>`` (``logs/train/big.rank1.log``), and writes no
+record, so a rank that starts later does not truncate the job's log.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any, Self
 from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache
 from asrflow.provenance import build_record, write_record
+from asrflow.train.cluster import launched_rank
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -68,6 +76,12 @@ def _named(files: Any, name: str) -> str | None:
     return str(value) if isinstance(value, (str, Path)) else None
 
 
+def rank_log(path: Pathlike, rank: int) -> Path:
+    """The log file of a rank other than 0: ``logs/train/a.log`` -> ``logs/train/a.rank1.log``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
 def _caller_script(frame_globals: Mapping[str, Any]) -> Path | None:
     """The script that called :func:`step`.
 
@@ -93,8 +107,13 @@ class Step:
         script: Pathlike | None = None,
         hash_cache: HashCache | None = None,
         level: int = logging.INFO,
+        rank: int | None = None,
     ) -> None:
+        """``rank``: this process's rank in a multi-process job (default: the one its launcher
+        set, :func:`~asrflow.train.cluster.launched_rank`); only rank 0 writes the job's log and
+        record."""
         self.snakemake = snakemake
+        self.rank = launched_rank() if rank is None else rank
         self.rule = str(getattr(snakemake, "rule", None) or "unknown")
         self.script = Path(script) if script is not None else None
         self.hash_cache = hash_cache
@@ -118,8 +137,9 @@ class Step:
         logs = list(getattr(self.snakemake, "log", None) or [])
         handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
         if logs:
-            Path(logs[0]).parent.mkdir(parents=True, exist_ok=True)
-            handlers.append(logging.FileHandler(logs[0], mode="w", encoding="utf-8"))
+            path = Path(logs[0]) if self.rank == 0 else rank_log(logs[0], self.rank)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(path, mode="w", encoding="utf-8"))
         for h in handlers:
             h.setFormatter(formatter)
             h.setLevel(self.level)
@@ -144,6 +164,13 @@ class Step:
         self._start_logging()
         self.started = datetime.now(UTC)
         log.info("rule %s: started (script %s)", self.rule, self.script or "unknown")
+        if self.rank != 0:
+            log.info(
+                "rule %s: this process is rank %d of a multi-process job; rank 0 writes the "
+                "job's log and provenance record",
+                self.rule,
+                self.rank,
+            )
         return self
 
     def __exit__(
@@ -178,8 +205,12 @@ class Step:
         return False
 
     def write_record(self) -> Path | None:
-        """Write the provenance record if the rule has a ``record`` output; return its path."""
+        """Write the provenance record if the rule has a ``record`` output and this is rank 0;
+        return its path."""
         sm = self.snakemake
+        if self.rank != 0:
+            log.debug("rule %s: rank %d writes no record", self.rule, self.rank)
+            return None
         target = _named(getattr(sm, "output", None), RECORD_OUTPUT)
         if target is None:
             log.debug("rule %s declares no '%s' output; no record", self.rule, RECORD_OUTPUT)

@@ -4,11 +4,13 @@
 under it) and ``runs``: a list of ``{"overrides": {...}, "fail_at_step": N | null}`` trained one
 after the other in this process (a planted failure at step N stops a run like a crash would, and
 the next run resumes from its checkpoint); ``sleep_per_step`` (seconds) slows training down. The
-rank comes from ``SLURM_PROCID`` (the tests simulate ``srun``).
+tests start it the way ``srun`` would (simulated SLURM).
 
 Every training batch is recorded in ``<root>/batches.rank<R>.jsonl`` (run, epoch, step, cut IDs,
 target tokens, ESPnet's summed loss and the loss the module returned), and the step reached is
-written to ``<root>/step.rank<R>`` (the preemption test waits for it).
+written to ``<root>/step.rank<R>`` (the preemption test waits for it), ``R`` being the rank the
+Trainer gives the process (:func:`record_batches`, also used by the one-task SLURM test, where
+Lightning starts the ranks). :func:`record_writes` logs which process writes which file.
 """
 
 from __future__ import annotations
@@ -20,20 +22,21 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from asrflow.train.module import AsrModule
 from asrflow.train.runner import train_run
+from asrflow.types import Pathlike
 from tests.train.tiny_run import spec_from_json
 
 
-def main(job_path: str) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
-    root = Path(job["root"])
-    rank = int(os.environ.get("SLURM_PROCID", "0"))
-    records = root / f"batches.rank{rank}.jsonl"
-    marker = root / f"step.rank{rank}"
-    state = {"run": 0, "fail_at_step": None}
+def record_batches(
+    root: Pathlike, state: dict | None = None, sleep_per_step: float = 0.0
+) -> dict[str, Any]:
+    """Patch :class:`AsrModule` to record every training batch under ``root`` (see the module
+    docstring); ``state`` (``run``, ``fail_at_step``) may be changed between runs. Returns it."""
+    root = Path(root)
+    state = state if state is not None else {"run": 0, "fail_at_step": None}
     forward, training_step = AsrModule.forward, AsrModule.training_step
 
     def recording_forward(self, batch):
@@ -45,7 +48,7 @@ def main(job_path: str) -> None:
         if state["fail_at_step"] is not None and self.global_step == state["fail_at_step"]:
             raise RuntimeError(f"planted failure at step {self.global_step}")
         loss = training_step(self, batch, batch_idx)
-        time.sleep(job.get("sleep_per_step", 0.0))
+        time.sleep(sleep_per_step)
         record = {
             "run": state["run"],
             "epoch": self.current_epoch,
@@ -55,13 +58,51 @@ def main(job_path: str) -> None:
             "loss_sum": self._recorded_loss_sum,
             "loss": None if loss is None else float(loss.detach()),
         }
-        with open(records, "a", encoding="utf-8") as f:
+        with open(root / f"batches.rank{self.global_rank}.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        marker = root / f"step.rank{self.global_rank}"
         marker.write_text(str(self.global_step + 1), encoding="utf-8")
         return loss
 
     AsrModule.forward = recording_forward
     AsrModule.training_step = recording_step
+    return state
+
+
+def record_writes(root: Pathlike) -> None:
+    """Log to ``<root>/writes.jsonl`` every summary, identity file and provenance record this
+    process writes (its PID and ``LOCAL_RANK``, the path)."""
+    import asrflow.train.runner
+    import asrflow.train.workdir
+    import asrflow.workflow
+
+    def logged(write):
+        def wrapper(path, *args, **kwargs):
+            entry = {
+                "pid": os.getpid(),
+                "local_rank": os.environ.get("LOCAL_RANK"),
+                "path": str(path),
+            }
+            with open(Path(root) / "writes.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+            return write(path, *args, **kwargs)
+
+        return wrapper
+
+    for module, name in (
+        (asrflow.train.runner, "write_json"),
+        (asrflow.train.workdir, "write_json"),
+        (asrflow.workflow, "write_record"),
+    ):
+        setattr(module, name, logged(getattr(module, name)))
+
+
+def main(job_path: str) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
+    root = Path(job["root"])
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    state = record_batches(root, sleep_per_step=job.get("sleep_per_step", 0.0))
     spec = spec_from_json(json.dumps(job["spec"]))
     for i, run in enumerate(job["runs"]):
         state.update(run=i, fail_at_step=run.get("fail_at_step"))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster
+from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, launched_rank
 from asrflow.train.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
@@ -112,6 +112,118 @@ def test_without_slurm_lightning_or_torchrun_start_the_processes():
         detect_cluster(2, 2, env={**torchrun, "WORLD_SIZE": "2"})
 
 
+def lightning_child(env: dict, local_rank: int, world: int) -> dict:
+    """What Lightning's launcher adds for a rank it starts (the parent's env is copied)."""
+    return {
+        **env,
+        "LOCAL_RANK": str(local_rank),
+        "NODE_RANK": "0",
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
+
+
+def test_one_task_slurm_job_lets_lightning_start_the_ranks_of_its_node():
+    """The Snakemake SLURM profile runs a job as `srun -n1`: one task, every GPU of the job."""
+    job = slurm(1, 1, 1, procid=0)
+    parent = detect_cluster(devices=4, env=job)
+    assert dataclasses.replace(parent, note=None) == ClusterInfo(
+        environment="lightning",
+        world_size=4,
+        global_rank=0,
+        local_rank=0,
+        node_rank=0,
+        num_nodes=1,
+        devices=4,
+        job_id="777",
+    )
+    assert "SLURM job 777 runs one task; Lightning started the 4 ranks" in parent.note
+    # the ranks Lightning starts inherit SLURM_PROCID=0; their rank is LOCAL_RANK
+    for local in range(4):
+        child = detect_cluster(devices=4, env=lightning_child(job, local, 4))
+        assert (child.environment, child.world_size, child.job_id) == ("lightning", 4, "777")
+        assert child.global_rank == child.local_rank == local
+
+
+def test_one_task_ranks_agree_with_lightning(clean_env):
+    import lightning as L
+    from lightning.pytorch.plugins.environments import LightningEnvironment, SLURMEnvironment
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    clean_env.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0))
+    for key, value in lightning_child(slurm(1, 1, 1, procid=0), 1, 2).items():
+        clean_env.setenv(key, value)
+    info = detect_cluster(devices=2)
+    assert SLURMEnvironment.detect(), "Lightning would take SLURM's one task without the plugin"
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        plugins=[LightningEnvironment()],
+        logger=False,
+        enable_checkpointing=False,
+    )
+    assert isinstance(trainer.strategy.cluster_environment, LightningEnvironment)
+    ranks = (trainer.world_size, trainer.global_rank, trainer.local_rank, trainer.node_rank)
+    assert ranks == (info.world_size, info.global_rank, info.local_rank, info.node_rank)
+    assert ranks == (2, 1, 1, 0)
+
+
+def test_multi_node_run_in_one_task_names_the_fix():
+    with pytest.raises(AsrflowError, match="runs 1 task") as err:
+        detect_cluster(devices=4, num_nodes=2, env=slurm(1, 1, 1, procid=0))
+    message = str(err.value)
+    assert "one task per device started by srun" in message
+    assert "srun --nodes 2 --ntasks-per-node 4" in message
+    assert "nodes: 1" in message and "README, 'Running on a SLURM cluster'" in message
+    with pytest.raises(AsrflowError, match=r"spans 2 node\(s\) \(SLURM_NNODES\)"):
+        detect_cluster(devices=2, num_nodes=1, env=slurm(1, 1, 2, procid=0))
+
+
+def torchrun_env(rank: int, node: int, world: int, per_node: int = 2) -> dict:
+    local = str(rank % per_node)
+    return {"RANK": str(rank), "GROUP_RANK": str(node), "LOCAL_RANK": local,
+            "LOCAL_WORLD_SIZE": str(per_node), "WORLD_SIZE": str(world)}  # fmt: skip
+
+
+def test_torchrun_inside_a_slurm_job_is_torchrun():
+    info = detect_cluster(2, 1, env={**slurm(1, 1, 1, procid=0), **torchrun_env(1, 0, 2)})
+    assert (info.environment, info.global_rank, info.job_id) == ("torchelastic", 1, "777")
+
+
+@pytest.mark.parametrize(
+    ("env", "devices", "nodes", "rank"),
+    [
+        ({}, 2, 1, 0),
+        (slurm(1, 1, 1, procid=0), 1, 1, 0),
+        (slurm(8, 4, 2, procid=0), 4, 2, 0),
+        (slurm(8, 4, 2, procid=5), 4, 2, 5),
+        (slurm(1, 1, 1, procid=0), 2, 1, 0),  # before Lightning started the other rank
+        (lightning_child(slurm(1, 1, 1, procid=0), 0, 2), 2, 1, 0),  # ... and after
+        (lightning_child(slurm(1, 1, 1, procid=0), 1, 2), 2, 1, 1),
+        (lightning_child({}, 3, 4), 4, 1, 3),
+        ({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4"}, 2, 2, None),
+        (torchrun_env(rank=2, node=1, world=4), 2, 2, 2),
+    ],
+)
+def test_launched_rank_is_the_rank_detect_cluster_gives(env, devices, nodes, rank):
+    """The job script's rank (log, record, work dir) before any Trainer, without the run's
+    settings: 0 exactly for detect_cluster's rank 0, equal to it where the env says enough."""
+    detected = detect_cluster(devices, nodes, env=env).global_rank
+    assert (launched_rank(env) == 0) == (detected == 0)
+    if rank is not None:
+        assert launched_rank(env) == detected == rank
+
+
+def test_launched_rank_reads_each_launcher():
+    assert launched_rank({}) == 0
+    assert launched_rank({"SLURM_PROCID": "3"}) == 3  # srun
+    assert launched_rank({"RANK": "1", "SLURM_PROCID": "0"}) == 1  # torchrun inside SLURM
+    assert launched_rank({"SLURM_PROCID": "0", "LOCAL_RANK": "1"}) == 1  # Lightning inside SLURM
+    assert launched_rank({"LOCAL_RANK": "0", "NODE_RANK": "1"}) > 0  # another node's first
+
+
 @pytest.mark.parametrize("name", ["bash", "interactive"])
 def test_interactive_slurm_sessions_are_not_srun_launches(name: str):
     env = slurm(1, 1, 1, procid=0, SLURM_JOB_NAME=name)
@@ -121,8 +233,8 @@ def test_interactive_slurm_sessions_are_not_srun_launches(name: str):
 @pytest.mark.parametrize(
     ("env", "devices", "nodes", "message"),
     [
-        # one task for a 4-GPU run: srun was not told to start one task per GPU
-        (slurm(1, 1, 1, 0), 4, 1, r"runs 1 task\(s\) \(SLURM_NTASKS\).*4 device\(s\) x 1 node"),
+        # two tasks for a 4-GPU run: srun was not told to start one task per GPU
+        (slurm(2, 2, 1, 0), 4, 1, r"runs 2 task\(s\) \(SLURM_NTASKS\).*4 device\(s\) x 1 node"),
         (slurm(4, None, 1, 0), 4, 1, r"without SLURM_NTASKS_PER_NODE"),
         (slurm(4, 2, 2, 0), 4, 1, r"2 task\(s\) per node \(SLURM_NTASKS_PER_NODE\)"),
         # the right number of tasks, spread over two nodes for a one-node run

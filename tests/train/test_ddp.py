@@ -101,6 +101,39 @@ def records(root: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def assert_each_utterance_once_per_epoch(per_rank: list[list[dict]], train_ids: list[str]) -> None:
+    """Across the ranks' batch records: no utterance twice in an epoch, every utterance in each
+    finished epoch, and at every step the ranks trained on different batches."""
+    by_epoch: dict[int, list[str]] = defaultdict(list)
+    for rank_records in per_rank:
+        for r in rank_records:
+            by_epoch[r["epoch"]].extend(r["ids"])
+    last_epoch = max(by_epoch)
+    assert last_epoch >= 1, "not one whole epoch trained"
+    for epoch, ids in by_epoch.items():
+        assert len(ids) == len(set(ids)), f"epoch {epoch}: an utterance seen twice"
+        if epoch < last_epoch:
+            assert sorted(ids) == sorted(train_ids), f"epoch {epoch} is incomplete"
+    for a, b in zip(*per_rank, strict=True):
+        assert a["step"] == b["step"] and not set(a["ids"]) & set(b["ids"])
+
+
+def assert_loss_per_global_token(per_rank: list[list[dict]]) -> int:
+    """Each rank's loss is its summed loss divided by the tokens of *all* ranks' batches (times
+    the world size: DDP averages the gradients); returns the number of steps checked."""
+    steps: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for rank_records in per_rank:
+        for r in rank_records:
+            steps[(r["run"], r["step"])].append(r)
+    world = len(per_rank)
+    for key, group in steps.items():
+        assert len(group) == world, key
+        global_tokens = sum(r["tokens"] for r in group)
+        for r in group:
+            assert r["loss"] == pytest.approx(r["loss_sum"] * world / global_tokens, rel=1e-5)
+    return len(steps)
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     data = tmp_path_factory.mktemp("data")
@@ -133,19 +166,7 @@ def test_each_utterance_once_per_epoch_across_ranks_and_resume(ddp_run):
     for rank_records in per_rank:
         assert [r["run"] for r in rank_records if r["step"] < 2] == [0, 0]
         assert [r["step"] for r in rank_records if r["run"] == 1] == list(range(2, 8))
-    by_epoch: dict[int, list[str]] = defaultdict(list)
-    for rank_records in per_rank:
-        for r in rank_records:
-            by_epoch[r["epoch"]].extend(r["ids"])
-    last_epoch = max(by_epoch)
-    assert last_epoch >= 1
-    for epoch, ids in by_epoch.items():
-        assert len(ids) == len(set(ids)), f"epoch {epoch}: an utterance seen twice"
-        if epoch < last_epoch:
-            assert sorted(ids) == train_ids, f"epoch {epoch} is incomplete"
-    # the ranks trained on different batches at every step
-    for a, b in zip(*per_rank, strict=True):
-        assert a["step"] == b["step"] and not set(a["ids"]) & set(b["ids"])
+    assert_each_utterance_once_per_epoch(per_rank, train_ids)
     rank0_log = (root / "rank0.log").read_text(encoding="utf-8")
     assert "resume: skipped 2 batch(es)" in rank0_log
     assert "slurm launch, rank 0 of 2" in rank0_log
@@ -153,16 +174,7 @@ def test_each_utterance_once_per_epoch_across_ranks_and_resume(ddp_run):
 
 def test_loss_is_divided_by_the_global_token_count(ddp_run):
     _, root, _, _ = ddp_run
-    steps: dict[tuple[int, int], list[dict]] = defaultdict(list)
-    for rank in range(WORLD):
-        for r in records(root, rank):
-            steps[(r["run"], r["step"])].append(r)
-    assert len(steps) == 8
-    for key, pair in steps.items():
-        assert len(pair) == WORLD, key
-        global_tokens = sum(r["tokens"] for r in pair)
-        for r in pair:
-            assert r["loss"] == pytest.approx(r["loss_sum"] * WORLD / global_tokens, rel=1e-5)
+    assert assert_loss_per_global_token([records(root, r) for r in range(WORLD)]) == 8
 
 
 def test_checkpoints_metrics_and_transcripts_are_written_once(ddp_run):

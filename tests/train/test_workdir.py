@@ -12,7 +12,7 @@ import pytest
 
 from asrflow.errors import AsrflowError
 from asrflow.train.runner import train_run
-from asrflow.train.workdir import IDENTITY, claim_work_dir, env_rank
+from asrflow.train.workdir import IDENTITY, claim_work_dir
 from tests.train.tiny_run import make_tiny_run
 
 
@@ -50,12 +50,6 @@ def test_other_ranks_wait_for_rank_0(tmp_path):
     claim_work_dir(work, {"x": 1}, rank=0)
     waiter.join(timeout=5)
     assert not waiter.is_alive()
-
-
-def test_env_rank():
-    assert env_rank({}) == 0
-    assert env_rank({"SLURM_PROCID": "3"}) == 3
-    assert env_rank({"RANK": "1", "SLURM_PROCID": "0"}) == 1
 
 
 TWO_CRITERIA = {"best_model_criterion": [["valid/loss", 2, "min"], ["valid/wer", 1, "min"]]}

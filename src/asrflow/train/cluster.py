@@ -1,12 +1,23 @@
 """Where a training process runs: its rank among the others, and the hardware it really has.
 
-On SLURM, one process per device is started by ``srun`` (``--ntasks-per-node`` = devices per node,
-``--nodes`` = nodes) and Lightning's ``SLURMEnvironment`` reads each process's rank from
-``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NODEID``; without SLURM, Lightning starts the other
-processes itself (or ``torchrun`` did). :func:`detect_cluster` tells, before the ``Trainer``
-exists, what Lightning will use, so that the data sampler can be sharded by rank, the summary can
-record it, and a job whose tasks do not match the recipe's ``devices x num_nodes`` fails at once
-with a message that says what to change (instead of hanging in the first collective).
+Three ways a run's processes get started, and where each process reads its rank from:
+
+- ``srun`` starts one task per device (``--ntasks-per-node`` = devices per node, ``--nodes`` =
+  nodes); Lightning's ``SLURMEnvironment`` reads ``SLURM_PROCID``/``SLURM_LOCALID``/
+  ``SLURM_NODEID``. The only way to train on several nodes under SLURM.
+- ``torchrun`` sets ``RANK``/``LOCAL_RANK``/``GROUP_RANK`` (``TorchElasticEnvironment``).
+- Lightning's own launcher: the process started by hand is rank 0 and starts the others on its
+  node by running ``sys.argv`` again with ``LOCAL_RANK`` set (``LightningEnvironment``). This is
+  also how a SLURM job with *one* task trains on several GPUs of its node: the Snakemake SLURM
+  profile runs every job as ``srun -n1``, so a ``devices: 4`` run gets one task and four GPUs.
+  Under a Snakemake ``script:`` the children run the whole job script again (see
+  :func:`launched_rank`).
+
+:func:`detect_cluster` tells, before the ``Trainer`` exists, which of these Lightning is to use
+(the runner hands it the same environment as a plugin), so that the data sampler is sharded for
+the rank Lightning gives the process, the summary records the launch, and a job whose tasks do not
+match the recipe's ``devices x num_nodes`` fails at once with a message that says what to change
+(instead of hanging in the first collective).
 
 :func:`cpu_fallback` turns a run that asks for a GPU on a machine without a usable one (a CI node
 with fake GPU GRES, a broken driver) into a CPU run in fp32, with a loud warning.
@@ -37,7 +48,8 @@ class ClusterInfo:
     """The distributed setup of this process, as Lightning will see it."""
 
     environment: str
-    """``slurm``, ``torchelastic`` or ``lightning`` (Lightning starts the processes itself)."""
+    """``slurm`` (srun started every rank), ``torchelastic`` or ``lightning`` (Lightning starts
+    the processes itself, also inside a one-task SLURM job)."""
     world_size: int
     global_rank: int
     local_rank: int
@@ -46,6 +58,9 @@ class ClusterInfo:
     devices: int
     """Processes (devices) per node."""
     job_id: str | None = None
+    """The SLURM job the processes run in (whoever started them)."""
+    note: str | None = None
+    """How the processes came to be, where ``environment`` alone does not say it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,18 +91,67 @@ def _torchelastic_detected(env: Mapping[str, str]) -> bool:
     return all(k in env for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
 
 
+def launched_rank(env: Mapping[str, str] | None = None) -> int:
+    """This process's global rank as its launcher marked it: 0 for the process that writes the
+    job's log, provenance record, summary and outputs and that claims the work directory.
+
+    Works before any ``Trainer`` exists and without the run's settings, which matters because
+    Lightning's launcher starts the other ranks by running ``sys.argv`` again: under a Snakemake
+    ``script:`` that is the whole job script, :func:`asrflow.workflow.step` included. Every
+    launcher marks the ranks it starts: ``torchrun`` with ``RANK``, ``srun`` with
+    ``SLURM_PROCID``, Lightning with ``LOCAL_RANK`` (and ``NODE_RANK`` on other nodes); the
+    process Lightning starts from is unmarked (or ``LOCAL_RANK=0`` once it has started the
+    others). It is 0 exactly where :func:`detect_cluster` gives global rank 0, and equal to its
+    global rank except on a node other than the first under Lightning's launcher, which does not
+    say how many processes a node runs (not a launch asrflow uses on SLURM).
+
+    >>> launched_rank({"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "LOCAL_RANK": "1"})
+    1
+    """
+    env = os.environ if env is None else env
+    if env.get("RANK"):
+        return _int(env, "RANK", 0)
+    procid = _int(env, "SLURM_PROCID", 0)
+    if procid > 0:
+        return procid
+    local = _int(env, "LOCAL_RANK", 0)
+    node = _int(env, "NODE_RANK", _int(env, "GROUP_RANK", 0))
+    per_node = _int(env, "LOCAL_WORLD_SIZE", 0) or _int(env, "WORLD_SIZE", local + 1)
+    return node * max(per_node, local + 1) + local
+
+
 def detect_cluster(
     devices: int, num_nodes: int = 1, env: Mapping[str, str] | None = None
 ) -> ClusterInfo:
     """This process's place in the run; :class:`AsrflowError` when the launch does not match.
 
     ``devices``/``num_nodes`` are the trainer's (``trainer.devices``, ``trainer.num_nodes``,
-    filled from ``runs.<run>.resources``). Under SLURM the job must run one task per device:
-    ``SLURM_NTASKS`` = devices x nodes, ``SLURM_NTASKS_PER_NODE`` = devices,
-    ``SLURM_NNODES`` = nodes.
+    filled from ``runs.<run>.resources``). ``torchrun`` comes first, as in Lightning (it can run
+    inside a SLURM job). Under SLURM the job either runs one task per device
+    (``SLURM_NTASKS`` = devices x nodes, ``SLURM_NTASKS_PER_NODE`` = devices,
+    ``SLURM_NNODES`` = nodes) or, on one node, a single task in which Lightning starts the
+    other ranks (environment ``lightning``).
     """
     env = os.environ if env is None else env
     expected = devices * num_nodes
+    if _torchelastic_detected(env):
+        world = _int(env, "WORLD_SIZE", 1)
+        if world != expected:
+            raise AsrflowError(
+                f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
+                f"x {num_nodes} node(s) = {expected}; use --nproc-per-node {devices} "
+                f"--nnodes {num_nodes}"
+            )
+        return ClusterInfo(
+            environment="torchelastic",
+            world_size=world,
+            global_rank=_int(env, "RANK", 0),
+            local_rank=_int(env, "LOCAL_RANK", 0),
+            node_rank=_int(env, "GROUP_RANK", 0),
+            num_nodes=num_nodes,
+            devices=devices,
+            job_id=env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID"),
+        )
     if _slurm_detected(env):
         ntasks = _int(env, "SLURM_NTASKS", 1)
         per_node = _int(env, "SLURM_NTASKS_PER_NODE", ntasks)
@@ -99,6 +163,8 @@ def detect_cluster(
             f"(srun --nodes {num_nodes} --ntasks-per-node {devices}), or change the run's "
             "resources (devices, nodes) to match the allocation"
         )
+        if ntasks == 1 and expected > 1:
+            return _one_task_job(devices, num_nodes, nnodes, where, job, env)
         if ntasks != expected:
             raise AsrflowError(
                 f"{where} runs {ntasks} task(s) (SLURM_NTASKS) but the run trains on {devices} "
@@ -129,23 +195,6 @@ def detect_cluster(
             devices=per_node,
             job_id=job,
         )
-    if _torchelastic_detected(env):
-        world = _int(env, "WORLD_SIZE", 1)
-        if world != expected:
-            raise AsrflowError(
-                f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
-                f"x {num_nodes} node(s) = {expected}; use --nproc-per-node {devices} "
-                f"--nnodes {num_nodes}"
-            )
-        return ClusterInfo(
-            environment="torchelastic",
-            world_size=world,
-            global_rank=_int(env, "RANK", 0),
-            local_rank=_int(env, "LOCAL_RANK", 0),
-            node_rank=_int(env, "GROUP_RANK", 0),
-            num_nodes=num_nodes,
-            devices=devices,
-        )
     # Lightning's own launcher: this process is local rank 0 and starts the others, which it
     # marks with LOCAL_RANK (and NODE_RANK on other nodes)
     local = _int(env, "LOCAL_RANK", 0)
@@ -158,6 +207,44 @@ def detect_cluster(
         node_rank=node,
         num_nodes=num_nodes,
         devices=devices,
+    )
+
+
+def _one_task_job(
+    devices: int, num_nodes: int, nnodes: int, where: str, job: str | None, env: Mapping[str, str]
+) -> ClusterInfo:
+    """A SLURM job with one task for a run of several devices: Lightning starts the other ranks
+    of the node inside the task (what the Snakemake SLURM profile's ``srun -n1`` gives)."""
+    expected = devices * num_nodes
+    if num_nodes > 1:
+        raise AsrflowError(
+            f"{where} runs 1 task (SLURM_NTASKS) but the run trains on {devices} device(s) x "
+            f"{num_nodes} node(s) = {expected} processes: Lightning can start the ranks of one "
+            "node inside a single task, but a run over several nodes needs one task per device "
+            f"started by srun (srun --nodes {num_nodes} --ntasks-per-node {devices}), and the "
+            "Snakemake SLURM profile starts every job as one task; set the run's resources to "
+            "nodes: 1 with devices up to the GPUs of one node (README, 'Running on a SLURM "
+            "cluster', 'Several nodes')"
+        )
+    if nnodes != 1:
+        raise AsrflowError(
+            f"{where} runs 1 task but spans {nnodes} node(s) (SLURM_NNODES); Lightning starts "
+            f"the run's {devices} processes on the task's node only: ask for one node"
+        )
+    local = _int(env, "LOCAL_RANK", 0)
+    return ClusterInfo(
+        environment="lightning",
+        world_size=devices,
+        global_rank=local,
+        local_rank=local,
+        node_rank=0,
+        num_nodes=1,
+        devices=devices,
+        job_id=job,
+        note=(
+            f"{where} runs one task; Lightning started the {devices} ranks inside it (ranks from "
+            "LOCAL_RANK, not SLURM_PROCID)"
+        ),
     )
 
 

@@ -42,7 +42,7 @@ from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import write_json
 from asrflow.text import TextNormalization, normalize
-from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster
+from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, launched_rank
 from asrflow.train.recipe import (
     Recipe,
     check_recipe,
@@ -52,7 +52,7 @@ from asrflow.train.recipe import (
     update_budget,
 )
 from asrflow.train.schedule import warmup_steps
-from asrflow.train.workdir import claim_work_dir, env_rank, run_identity
+from asrflow.train.workdir import claim_work_dir, run_identity
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ def _write_result_failure(
 def _log_cluster(name: str, cluster: ClusterInfo, kwargs: Mapping[str, Any]) -> None:
     log.info(
         "run %s: %s launch, rank %d of %d (local rank %d, node %d of %d, %d device(s) per "
-        "node%s); accelerator %s, precision %s",
+        "node%s); accelerator %s, precision %s%s",
         name,
         cluster.environment,
         cluster.global_rank,
@@ -264,6 +264,7 @@ def _log_cluster(name: str, cluster: ClusterInfo, kwargs: Mapping[str, Any]) -> 
         f", job {cluster.job_id}" if cluster.job_id else "",
         kwargs.get("accelerator"),
         kwargs.get("precision"),
+        f"; {cluster.note}" if cluster.note else "",
     )
 
 
@@ -307,14 +308,15 @@ def train_run(
         "init": dict(spec.init) if spec.init else None,
         "host": platform.node(),
     }
-    claim_work_dir(work, run_identity(summary["hashes"], recipe, spec.init), rank=env_rank())
+    # the same rank the job's Step used: a rank Lightning starts runs this function again
+    rank = launched_rank()
+    claim_work_dir(work, run_identity(summary["hashes"], recipe, spec.init), rank=rank)
     started = time.time()
     last = work / CHECKPOINTS / LAST
     resumed_from = str(last) if last.is_file() else None
     preemption = PreemptionCheckpoint(last)
     trainer: Any = None
     parts: dict[str, Any] | None = None
-    rank = 0
     try:
         kwargs, fallback = cpu_fallback({**trainer_kwargs(recipe), **trainer_overrides})
         cluster = detect_cluster(int(kwargs.get("devices", 1)), int(kwargs.get("num_nodes", 1)))
@@ -332,6 +334,13 @@ def train_run(
 
             # Snakemake retries failed jobs: no `scontrol requeue` behind its back on SIGUSR1
             kwargs.setdefault("plugins", [SLURMEnvironment(auto_requeue=False)])
+        elif cluster.environment == "lightning":
+            from lightning.pytorch.plugins.environments import LightningEnvironment
+
+            # Lightning would pick SLURMEnvironment in any SLURM job and take one task's rank:
+            # inside a one-task job its own launcher starts the ranks, which read LOCAL_RANK as
+            # detect_cluster (and so the sampler's shard) did
+            kwargs.setdefault("plugins", [LightningEnvironment()])
         parts = build_trainer_parts(
             spec, recipe, work, world_size=cluster.world_size, rank=cluster.global_rank
         )

@@ -14,8 +14,8 @@ The trainer, optimizer, scheduler and batching sections are *not* part of the id
 from its last checkpoint, as ESPnet's and NeMo's resume do; the summary records the recipe as it
 is now. Start such a run from scratch by deleting (or renaming) its work directory.
 
-Under DDP only global rank 0 moves and claims the directory; the other ranks wait until the
-identity file says the directory is theirs.
+Under DDP only global rank 0 (:func:`asrflow.train.cluster.launched_rank`) moves and claims the
+directory; the other ranks wait until the identity file says the directory is theirs.
 """
 
 from __future__ import annotations
@@ -63,15 +63,6 @@ def run_identity(
         "model": hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
         "init": dict(init) if init else None,
     }
-
-
-def env_rank(env: Mapping[str, str] | None = None) -> int:
-    """This process's global rank as its launcher set it (0 when not launched as a rank)."""
-    env = os.environ if env is None else env
-    for key in ("RANK", "SLURM_PROCID"):
-        if env.get(key, "").isdigit():
-            return int(env[key])
-    return 0
 
 
 def claim_work_dir(
