@@ -143,7 +143,7 @@ def test_shipped_config_validates_and_defaults_are_filled() -> None:
     assert demo["validation"]["allow_group_overlap"] == []
     assert demo["filter"]["max_chars_per_second"] == 30.0
     assert demo["sampling_rate"] == 16000
-    assert demo["synthetic"]["num_speakers"] == 12
+    assert demo["synthetic"]["num_speakers"] == 33
     assert demo["synthetic"]["num_utterances"] == 1500  # given values are kept
     assert config["text_normalization"]["lowercase"] is True
     assert config["text_normalization"]["unicode_form"] == "NFKC"
@@ -151,7 +151,7 @@ def test_shipped_config_validates_and_defaults_are_filled() -> None:
     for tok in config["tokenizers"].values():
         assert tok["max_piece_length"] == 16
         assert tok["character_coverage"] == 1.0
-    assert config["tokenizers"]["demo_unigram"]["vocab_size"] == 100  # not the default 200
+    assert config["tokenizers"]["demo_unigram"]["vocab_size"] == 300  # not the default 200
     layout.check_config(config)
 
 

@@ -233,7 +233,7 @@ def test_eval_sets_dev_first_then_tests_then_extra_sets() -> None:
     assert layout.dev_set(config, "r") == "demo.dev"
     assert layout.eval_set_split(config, "suppliers.messages") == ("suppliers", "messages")
     config["evaluation"]["extra_sets"] = ["suppliers.test"]
-    with pytest.raises(AsrflowError, match="suppliers.test"):
+    with pytest.raises(AsrflowError, match=r"suppliers\.test"):
         layout.check_config(config)
 
 

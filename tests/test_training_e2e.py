@@ -68,6 +68,8 @@ CONFIG = {
                 "num_utterances": 60,
                 "seed": 2,
                 "num_speakers": 4,
+                "dev_speakers": 1,
+                "test_speakers": 1,
                 "sessions_per_speaker": 1,
                 "long_fraction": 0.0,
             },

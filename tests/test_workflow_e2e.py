@@ -27,6 +27,8 @@ DEMO_CONFIG = {
                 "num_utterances": 72,
                 "seed": 5,
                 "num_speakers": 6,
+                "dev_speakers": 1,
+                "test_speakers": 1,
                 "sessions_per_speaker": 2,
                 "long_fraction": 0.0,
             },

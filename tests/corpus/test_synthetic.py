@@ -11,18 +11,22 @@ import soundfile as sf
 import yaml
 
 from asrflow.corpus.synthetic import (
+    EN_VARIANTS,
     NAMES,
     SPLITS,
     SyntheticCorpusConfig,
     coloured_noise,
     generate_corpus,
+    held_out_speakers,
     mix_at_snr,
     plan_speakers,
     plan_utterances,
     render,
 )
 
-SMALL = SyntheticCorpusConfig(num_utterances=40, seed=5)
+SMALL = SyntheticCorpusConfig(
+    num_utterances=40, seed=5, num_speakers=12, dev_speakers=1, test_speakers=1
+)
 KEYS = [
     "audio_filepath",
     "duration",
@@ -167,6 +171,31 @@ def test_default_plan_speakers_and_sessions():
     for p in plans:
         assert split_of.setdefault(p.session.session, p.split) == p.split
         assert p.session in p.speaker.sessions
+
+
+def test_default_held_out_speakers_have_voices_training_keeps():
+    speakers = plan_speakers(SyntheticCorpusConfig())
+    train_voices = {s.voice for s in speakers if s.split == "train"}
+    held = [s for s in speakers if s.split != "train"]
+    assert sorted(s.split for s in held) == ["dev"] * 3 + ["test"] * 3
+    assert all(s.voice in train_voices for s in held)
+    assert len(train_voices) == len(EN_VARIANTS)
+    # a held-out speaker differs from the training speakers of its variant in pitch
+    for s in held:
+        same = [t for t in speakers if t.voice == s.voice and t.split == "train"]
+        assert all(abs(t.sessions[0].pitch - s.sessions[0].pitch) >= 5 for t in same)
+
+
+def test_held_out_speakers_fall_back_to_unseen_variants_when_too_few_are_shared():
+    # 4 speakers, 3 variants: only "a" has a second speaker that training keeps
+    variant_of = ["a", "b", "a", "c"]
+    assert held_out_speakers(variant_of, [1, 0, 2, 3], dev=1, test=1) == {0: "dev", 1: "test"}
+    # speaker 0 first (its variant stays in training), then unseen variants in order
+    split = held_out_speakers(variant_of, [3, 1, 0, 2], dev=2, test=1)
+    assert split == {0: "dev", 3: "dev", 1: "test"}
+    # never more than asked, never the last speaker of a shared variant first
+    split = held_out_speakers(["a", "a", "b", "b"], [0, 1, 2, 3], dev=1, test=1)
+    assert split == {0: "dev", 2: "test"}
 
 
 def test_default_plan_length_distribution_and_slices():

@@ -16,7 +16,14 @@ from asrflow.data.importers import import_nemo
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
-from asrflow.train.data import AsrDataset, Batching, make_dataloader, make_sampler, mux_cuts
+from asrflow.train.data import (
+    AsrDataset,
+    Batching,
+    make_dataloader,
+    make_sampler,
+    mux_cuts,
+    speed_perturb,
+)
 from asrflow.train.tokens import TokenEncoder
 from tests.conftest import write_nemo, write_wav
 
@@ -233,3 +240,26 @@ def test_mux_feeds_the_sampler():
     mixed = mux_cuts([fake_cuts(200, "a"), fake_cuts(200, "b", seed=5)], [1, 1], seed=0)
     batches = list(make_sampler(mixed, {"max_duration": 15.0, "num_buckets": 3}))
     assert sum(len(b) for b in batches) == 400
+
+
+def test_speed_perturb_copies_the_train_set_per_factor(corpus):
+    cuts = corpus.cuts
+    out = speed_perturb(cuts, [0.9, 1.0, 1.1])
+    assert len(out) == 3 * len(cuts)
+    ids = [c.id for c in out]
+    assert len(set(ids)) == len(ids)
+    first = cuts[0]
+    by_id = {c.id: c for c in out}
+    slow, same, fast = by_id[f"{first.id}_sp0.9"], by_id[first.id], by_id[f"{first.id}_sp1.1"]
+    assert same.duration == first.duration
+    assert slow.duration == pytest.approx(first.duration / 0.9, abs=1e-3)
+    assert fast.duration == pytest.approx(first.duration / 1.1, abs=1e-3)
+    assert slow.supervisions[0].text == first.supervisions[0].text
+    assert slow.supervisions[0].custom == first.supervisions[0].custom  # slices, origin kept
+    # the audio really is resampled: 0.9 gives ~1/0.9 as many samples at the same rate
+    batch = AsrDataset(corpus.encoder)[CutSet.from_cuts([first, slow])]
+    n_same, n_slow = batch["speech_lengths"].tolist()
+    assert n_slow == pytest.approx(n_same / 0.9, rel=0.01)
+    assert speed_perturb(cuts, []) is cuts
+    with pytest.raises(AsrflowError, match="repeat"):
+        speed_perturb(cuts, [1.0, 1.0])

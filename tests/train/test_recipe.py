@@ -100,6 +100,19 @@ def test_yaml_int_precision_and_float_fields(tmp_path):
     assert r.batching.max_duration == 30.0
 
 
+def test_speed_perturb_factors_parse_and_are_checked(tmp_path):
+    r = load_recipe(write(tmp_path, {**MODEL, "augmentation": {"speed_perturb": [0.9, 1, 1.1]}}))
+    assert r.augmentation.speed_perturb == (0.9, 1.0, 1.1)
+    assert recipe_from_dict(r.to_dict()) == r
+    assert recipe_from_dict(MODEL).augmentation.speed_perturb == ()  # off by default
+    wrong_type = r"augmentation\.speed_perturb must be a list of numbers"
+    with pytest.raises(AsrflowError, match=wrong_type):
+        load_recipe(write(tmp_path, {**MODEL, "augmentation": {"speed_perturb": 0.9}}))
+    for bad in ([0.9, 0.9], [0.3, 1.0]):
+        with pytest.raises(AsrflowError, match=r"augmentation\.speed_perturb must be distinct"):
+            load_recipe(write(tmp_path, {**MODEL, "augmentation": {"speed_perturb": bad}}))
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -354,6 +354,8 @@ class SyntheticCorpusConfig:
       range and rate (and the Spanish voice of the same variant); at most ``MAX_SPEAKERS``.
     - ``sessions_per_speaker``: recording sessions per speaker (rate/pitch/gain shift a little).
     - ``dev_speakers`` / ``test_speakers``: speakers held out for dev / test; the rest train.
+      Held-out speakers share their voice variant with a training speaker where the speaker
+      count allows (:func:`held_out_speakers`).
     - ``noisy_fraction``: share of utterances (per split) with ``condition == "noisy"``.
     - ``snr_db``: (low, high) SNR range in dB for noisy utterances, drawn uniformly.
     - ``entity_fraction``: share of utterances containing a person name (``has_entity``).
@@ -366,10 +368,10 @@ class SyntheticCorpusConfig:
     num_utterances: int = 1500
     seed: int = 13
     sample_rate: int = 16000
-    num_speakers: int = 12
+    num_speakers: int = 33
     sessions_per_speaker: int = 3
-    dev_speakers: int = 1
-    test_speakers: int = 1
+    dev_speakers: int = 3
+    test_speakers: int = 3
     noisy_fraction: float = 0.3
     snr_db: tuple[float, float] = (5.0, 15.0)
     entity_fraction: float = 0.2
@@ -482,16 +484,41 @@ def _pick(rng: np.random.Generator, seq: tuple[str, ...]) -> str:
     return seq[int(rng.integers(len(seq)))]
 
 
+def held_out_speakers(
+    variant_of: list[str], order: list[int], dev: int, test: int
+) -> dict[int, str]:
+    """Speaker index -> ``dev``/``test`` for the held-out speakers, taken in ``order``.
+
+    A held-out speaker is preferably one whose voice variant another *training* speaker keeps:
+    an unseen speaker of a familiar voice family, as a new speaker in a real corpus shares an
+    accent with many training speakers. With eSpeak's 11 variants, a held-out variant is a new
+    vocal tract that 10 training voices cannot teach (measured: a model at 1 % WER on its
+    training voices scored 22 % on clean speech of an unseen variant and 15 % on seen variants
+    at new pitches and rates). Only when too few variants are shared (small corpora) are
+    speakers of unseen variants held out too.
+    """
+    train_count = {v: variant_of.count(v) for v in set(variant_of)}
+    held: list[int] = []
+    for k in order:
+        if len(held) == dev + test:
+            break
+        if train_count[variant_of[k]] >= 2:
+            held.append(k)
+            train_count[variant_of[k]] -= 1
+    held += [k for k in order if k not in held][: dev + test - len(held)]
+    return {k: ("dev" if i < dev else "test") for i, k in enumerate(held)}
+
+
 def plan_speakers(config: SyntheticCorpusConfig) -> list[SpeakerPlan]:
     """Speakers with distinct voice/pitch/rate, their sessions, and a speaker-disjoint split."""
     rng = np.random.default_rng([config.seed, 0])
     variants = [EN_VARIANTS[i] for i in rng.permutation(len(EN_VARIANTS))]
     order = [int(k) for k in rng.permutation(config.num_speakers)]
-    split_of = dict.fromkeys(order[: config.dev_speakers], "dev")
-    split_of |= dict.fromkeys(order[config.dev_speakers :][: config.test_speakers], "test")
+    variant_of = [variants[k % len(variants)] for k in range(config.num_speakers)]
+    split_of = held_out_speakers(variant_of, order, config.dev_speakers, config.test_speakers)
     speakers = []
     for k in range(config.num_speakers):
-        variant = variants[k % len(variants)]
+        variant = variant_of[k]
         pitch = (35, 55, 25)[k // len(variants)] + int(rng.integers(0, 16))  # same variant: apart
         rate = int(rng.integers(145, 196))
         sessions = tuple(

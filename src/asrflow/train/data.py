@@ -270,3 +270,19 @@ def mux_cuts(
     return CutSet.mux(
         *cutsets, weights=[float(w) for w in weights], seed=seed, stop_early=stop_early
     )
+
+
+def speed_perturb(cuts: CutSet, factors: Sequence[float]) -> CutSet:
+    """``cuts`` once per speed factor (``1.0``: the cuts themselves), in the order given.
+
+    Lhotse's :meth:`CutSet.perturb_speed` is lazy: audio is resampled when a batch loads it.
+    A perturbed copy's IDs end in ``_sp<factor>`` (so every ID stays unique) and its
+    durations are divided by the factor; transcripts and custom fields are kept. No factors:
+    ``cuts`` unchanged.
+    """
+    if not factors:
+        return cuts
+    if len(set(factors)) != len(factors):
+        raise AsrflowError(f"speed_perturb: factors {list(factors)} repeat one; give each once")
+    copies = [cuts if f == 1.0 else cuts.perturb_speed(f, affix_id=True) for f in factors]
+    return CutSet.from_cuts(cut for copy in copies for cut in copy)

@@ -127,6 +127,19 @@ class BatchingConfig:
 
 
 @dataclass(frozen=True)
+class AugmentationConfig:
+    """Augmentation of the train cuts (``augmentation:``); dev cuts are never augmented.
+
+    ``speed_perturb``: speed factors, e.g. ``[0.9, 1.0, 1.1]``. The train set becomes one copy
+    per factor (``1.0`` is the original), as ESPnet's ``--speed_perturb_factors`` and icefall's
+    ``perturb_speed`` do: a copy is resampled when loaded, so pitch and speaking rate change
+    together, its duration is divided by the factor, and an epoch holds every copy. Empty: off.
+    """
+
+    speed_perturb: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class LossConfig:
     """Loss normalization (``loss:``): ``token`` (sum / target tokens) or ``utterance`` (ESPnet)."""
 
@@ -165,6 +178,7 @@ _SECTION_TYPES: dict[str, type] = {
     "scheduler": SchedulerConfig,
     "batching": BatchingConfig,
     "loss": LossConfig,
+    "augmentation": AugmentationConfig,
     "diagnostics": DiagnosticsConfig,
 }
 SECTIONS = (*_SECTION_TYPES, "best_model_criterion")
@@ -181,6 +195,7 @@ class Recipe:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     criteria: tuple[Criterion, ...] = DEFAULT_CRITERIA
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
@@ -317,6 +332,8 @@ def _coerce(value: Any, hint: Any) -> Any:
             return value
     elif typing.get_origin(hint) is tuple:
         args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis and isinstance(value, list | tuple):
+            return tuple(_coerce(v, args[0]) for v in value)
         if isinstance(value, list | tuple) and len(value) == len(args):
             return tuple(_coerce(v, a) for v, a in zip(value, args, strict=True))
     raise TypeError(value)
@@ -328,7 +345,8 @@ def _describe(hint: Any) -> str:
     if hint is NoneType:
         return "null"
     if typing.get_origin(hint) is tuple:
-        return f"a list of {len(typing.get_args(hint))} numbers"
+        args = typing.get_args(hint)
+        return "a list of numbers" if Ellipsis in args else f"a list of {len(args)} numbers"
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
         hint, str(hint)
     )
@@ -386,6 +404,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "batching.num_workers": _NON_NEGATIVE,
     "batching.seed": _NON_NEGATIVE,
     "loss.normalization": (lambda v: v in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),
+    "augmentation.speed_perturb": (
+        lambda v: all(0.5 <= f <= 2.0 for f in v) and len(set(v)) == len(v),
+        "distinct speed factors in [0.5, 2.0] (e.g. [0.9, 1.0, 1.1]), or [] for none",
+    ),
     "diagnostics.num_decode_utterances": _NON_NEGATIVE,
     "diagnostics.spike_factor": (lambda v: v > 1, "> 1"),
     "diagnostics.spike_window": _POSITIVE_INT,

@@ -104,15 +104,18 @@ def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
 
 
 def _load_train_cuts(spec: RunSpec, recipe: Recipe):
-    from asrflow.train.data import mux_cuts
+    """The run's train cuts as its sampler sees them: mixed, then speed-perturbed."""
+    from asrflow.train.data import mux_cuts, speed_perturb
 
     sets = [load_cuts(p) for p in spec.train_cuts]
     if spec.max_train_cuts is not None:
         sets = [s.subset(first=min(spec.max_train_cuts, len(s))) for s in sets]
     if len(sets) == 1:
-        return sets[0].to_eager()
-    weights = spec.train_weights or [1.0] * len(sets)
-    return mux_cuts(sets, weights, seed=recipe.batching.seed).to_eager()
+        cuts = sets[0].to_eager()
+    else:
+        weights = spec.train_weights or [1.0] * len(sets)
+        cuts = mux_cuts(sets, weights, seed=recipe.batching.seed).to_eager()
+    return speed_perturb(cuts, recipe.augmentation.speed_perturb)
 
 
 def build_trainer_parts(
@@ -495,7 +498,7 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
     check_recipe(recipe, source=f"{spec.recipe} (run {spec.name})")
     with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
         cuts_path = spec.train_cuts[0]
-        if len(spec.train_cuts) > 1:
+        if len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:
             cuts_path = Path(tmp) / "train.jsonl.gz"
             save_cuts(_load_train_cuts(spec, recipe), cuts_path)
         return audit_batches(
