@@ -81,6 +81,11 @@ def _int(env: Mapping[str, str], key: str, default: int) -> int:
             raise AsrflowError(f"environment variable {key}={value!r} is not a number") from None
 
 
+def _slurm_job_id(env: Mapping[str, str]) -> str | None:
+    """The SLURM job this process runs in (an array job's own ID), or ``None`` outside SLURM."""
+    return env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID")
+
+
 def _slurm_detected(env: Mapping[str, str]) -> bool:
     # Lightning's SLURMEnvironment.detect(): srun sets SLURM_NTASKS; a job named bash or
     # interactive is an interactive session whose processes something else starts
@@ -150,13 +155,13 @@ def detect_cluster(
             node_rank=_int(env, "GROUP_RANK", 0),
             num_nodes=num_nodes,
             devices=devices,
-            job_id=env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID"),
+            job_id=_slurm_job_id(env),
         )
     if _slurm_detected(env):
         ntasks = _int(env, "SLURM_NTASKS", 1)
         per_node = _int(env, "SLURM_NTASKS_PER_NODE", ntasks)
         nnodes = _int(env, "SLURM_NNODES", 1)
-        job = env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID")
+        job = _slurm_job_id(env)
         where = f"SLURM job {job}" if job else "this SLURM job"
         fix = (
             f"start it with one task per device: nodes={num_nodes} and ntasks-per-node={devices} "
