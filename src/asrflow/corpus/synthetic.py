@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from math import gcd
@@ -497,7 +498,7 @@ def held_out_speakers(
     at new pitches and rates). Only when too few variants are shared (small corpora) are
     speakers of unseen variants held out too.
     """
-    train_count = {v: variant_of.count(v) for v in set(variant_of)}
+    train_count = Counter(variant_of)
     held: list[int] = []
     for k in order:
         if len(held) == dev + test:
