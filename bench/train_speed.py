@@ -1,0 +1,164 @@
+"""Benchmark: optimizer steps per second of a recipe under several precisions, in one process.
+
+Trains the run's model for ``--steps`` optimizer steps per precision on the run's own data (the
+same model, module, sampler and loader as ``rule train``, :func:`asrflow.train.runner.
+build_trainer_parts`), without validation or checkpoints, and prints per precision: median and
+mean seconds per step after ``--warmup`` steps, audio seconds trained per wall second, peak GPU
+memory, and the speed ratio against the first precision listed. Compare ratios measured in one
+run: these machines are shared and noisy::
+
+    uv run python bench/train_speed.py config/recipes/demo_conformer.yaml \\
+        --train results/data/demo/filtered/train.jsonl.gz \\
+        --dev results/data/demo/filtered/dev.jsonl.gz \\
+        --tokenizer results/tokenizers/demo_unigram \\
+        --precisions 32-true bf16-mixed bf16-true --steps 200 [--set batching.max_duration=60]
+
+``--set KEY=VALUE`` overrides a recipe key as a run's ``overrides`` would (VALUE is YAML). On a CPU
+without avx512_bf16/AMX, bf16 is ~10x slower than fp32 (``precision: auto`` picks fp32 there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from asrflow.train.recipe import check_recipe, load_recipe
+from asrflow.train.runner import RunSpec, build_trainer_parts
+
+NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}
+
+
+def _nested(key: str, value: Any) -> dict[str, Any]:
+    out: Any = value
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(a)
+    for k, v in b.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and k in merged else v
+    return merged
+
+
+class StepTimer:
+    """Wall time of each optimizer step (CUDA synchronised), and audio seconds per batch."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.audio: list[float] = []
+        self._start = 0.0
+
+    def _sync(self) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def callback(self) -> Any:
+        from lightning.pytorch.callbacks import Callback
+
+        timer = self
+
+        class _Callback(Callback):
+            def on_train_batch_start(self, trainer, module, batch, batch_idx):
+                timer._sync()
+                timer._start = time.perf_counter()
+
+            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                timer._sync()
+                timer.seconds.append(time.perf_counter() - timer._start)
+                timer.audio.append(float(batch["audio_seconds"]))
+
+        return _Callback()
+
+
+def measure(spec: RunSpec, overrides: dict[str, Any], precision: str, steps: int) -> StepTimer:
+    import lightning as L
+
+    recipe = load_recipe(spec.recipe, _merge(overrides, {"trainer": {"precision": precision}}))
+    check_recipe(recipe, source=str(spec.recipe))
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory(prefix="asrflow-bench-") as work:
+        parts = build_trainer_parts(spec, recipe, Path(work))
+        trainer = L.Trainer(
+            default_root_dir=work,
+            max_steps=steps,
+            max_epochs=-1,
+            precision=precision,
+            accelerator="auto",
+            devices=1,
+            gradient_clip_val=recipe.trainer.gradient_clip_val,
+            accumulate_grad_batches=1,
+            callbacks=[timer.callback()],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            limit_val_batches=0,
+            use_distributed_sampler=False,
+            num_sanity_val_steps=0,
+        )
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        trainer.fit(parts["module"], parts["train_loader"])
+    return timer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("recipe")
+    parser.add_argument("--train", required=True, help="train cuts (JSONL.gz)")
+    parser.add_argument("--dev", required=True, help="dev cuts (JSONL.gz)")
+    parser.add_argument("--tokenizer", required=True, help="dir with bpe.model and tokens.txt")
+    parser.add_argument("--precisions", nargs="+", default=["32-true", "bf16-mixed"])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20, help="steps left out of the figures")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    if args.steps <= args.warmup:
+        parser.error("--steps must be larger than --warmup")
+    torch.set_num_threads(args.threads)
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides = _merge(overrides, _nested(key, yaml.safe_load(value)))
+    tok = Path(args.tokenizer)
+    spec = RunSpec(
+        name="bench",
+        recipe=args.recipe,
+        train_cuts=[args.train],
+        dev_cuts=args.dev,
+        bpe_model=str(tok / "bpe.model"),
+        tokens=str(tok / "tokens.txt"),
+        normalization=NORMALIZATION,
+        max_dev_cuts=1,
+    )
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    print(f"{args.recipe} on {device}, torch {torch.__version__}, overrides {overrides or '-'}")
+    print(f"{args.steps} steps per precision, first {args.warmup} left out")
+    rows = []
+    for precision in args.precisions:
+        timer = measure(spec, overrides, precision, args.steps)
+        s = timer.seconds[args.warmup :]
+        audio = sum(timer.audio[args.warmup :])
+        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+        rows.append((precision, statistics.median(s), statistics.fmean(s), audio / sum(s), peak))
+    base = rows[0][1]
+    header = f"{'precision':<12}{'median s/step':>14}{'mean s/step':>13}"
+    print(header + f"{'audio s/s':>11}{'peak GiB':>10}{'speed vs ' + rows[0][0]:>22}")
+    for precision, median, mean, rate, peak in rows:
+        print(
+            f"{precision:<12}{median:>14.4f}{mean:>13.4f}{rate:>11.0f}{peak:>10.2f}"
+            f"{base / median:>21.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
