@@ -1,12 +1,9 @@
 """Snakemake adapter of rule train -> asrflow.train.runner.train_run."""
 
-import torch
-
 from asrflow.train.runner import spec_from_inputs, train_run
 from asrflow.workflow import step
 
 with step(snakemake):
-    torch.set_num_threads(snakemake.threads)
     spec = spec_from_inputs(
         snakemake.wildcards.run,
         dict(snakemake.input.items()),
@@ -15,4 +12,10 @@ with step(snakemake):
         weights=snakemake.params.weights,
         init=snakemake.params.init,
     )
-    train_run(spec, snakemake.params.work, snakemake.output.run, snakemake.output.summary)
+    train_run(
+        spec,
+        snakemake.params.work,
+        snakemake.output.run,
+        snakemake.output.summary,
+        threads=snakemake.threads,
+    )

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 import pytest
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, launched_rank
+from asrflow.train.cluster import (
+    ClusterInfo,
+    cpu_fallback,
+    detect_cluster,
+    launched_rank,
+    threads_per_rank,
+)
 from asrflow.train.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
@@ -192,6 +199,40 @@ def test_torchrun_inside_a_slurm_job_is_torchrun():
     assert (info.environment, info.global_rank, info.job_id) == ("torchelastic", 1, "777")
 
 
+def test_torchrun_with_other_processes_per_node_names_the_fix():
+    # 2 x 2 processes as the run wants, but 4 on one node: each node's share of the job differs
+    env = torchrun_env(rank=3, node=0, world=4, per_node=4)
+    with pytest.raises(AsrflowError, match=r"4 process\(es\) on this node \(LOCAL_WORLD_SIZE\)"):
+        detect_cluster(2, 2, env=env)
+
+
+@pytest.mark.parametrize(
+    ("env", "devices", "nodes", "job_threads", "share"),
+    [
+        ({}, 1, 1, 4, 4),  # one process has the job to itself
+        ({}, 4, 1, 8, 2),  # Lightning's launcher, before it starts the others
+        (lightning_child({}, 3, 4), 4, 1, 8, 2),
+        # a one-task SLURM job: the rank started by hand, and the ranks Lightning starts
+        (slurm(1, 1, 1, procid=0), 4, 1, 8, 2),
+        (lightning_child(slurm(1, 1, 1, procid=0), 0, 4), 4, 1, 8, 2),
+        (lightning_child(slurm(1, 1, 1, procid=0), 3, 4), 4, 1, 8, 2),
+        (slurm(8, 4, 2, procid=5), 4, 2, 8, 2),  # srun: the ranks of this node, not all 8
+        (torchrun_env(rank=3, node=1, world=4), 2, 2, 6, 3),  # LOCAL_WORLD_SIZE 2
+        ({}, 4, 1, 6, 1),  # rounded down
+        ({}, 4, 1, 2, 1),  # fewer threads than ranks: still one each
+    ],
+)
+def test_each_rank_gets_its_share_of_the_job_threads(env, devices, nodes, job_threads, share):
+    """Snakemake gives the job cpus_per_device x devices threads; every rank of the node inherits
+    the number, so each must take its share, not all of them."""
+    assert threads_per_rank(job_threads, detect_cluster(devices, nodes, env=env)) == share
+
+
+def test_threads_per_rank_refuses_a_job_without_threads():
+    with pytest.raises(AsrflowError, match="at least 1 CPU thread, got 0"):
+        threads_per_rank(0, detect_cluster(1, env={}))
+
+
 @pytest.mark.parametrize(
     ("env", "devices", "nodes", "rank"),
     [
@@ -297,3 +338,49 @@ def test_train_run_refuses_a_mismatched_launch_before_training(tiny, tmp_path, c
     work = json.loads((tmp_path / "work/summary.json").read_text(encoding="utf-8"))
     assert work["status"] == "failed" and work["failure"] is None
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def torch_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("local_rank", [None, 1])
+def test_train_run_sets_each_rank_to_its_share_of_the_threads(
+    tiny, tmp_path, clean_env, caplog, torch_threads, local_rank
+):
+    """A CPU run of 2 devices in a one-task SLURM job of 6 threads: 3 threads for the rank
+    started by hand and for the one Lightning's launcher starts (stopped before training)."""
+    import asrflow.train.runner
+
+    env = slurm(1, 1, 1, procid=0)
+    if local_rank is not None:
+        env = lightning_child(env, local_rank, 2)
+    for key, value in env.items():
+        clean_env.setenv(key, value)
+    clean_env.setenv("OMP_NUM_THREADS", "6")  # what Snakemake sets
+    clean_env.setattr(asrflow.train.runner, "claim_work_dir", lambda *a, **k: None)
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("stopped before training")
+
+    clean_env.setattr(asrflow.train.runner, "build_trainer_parts", stop)
+    torch.set_num_threads(6)
+    with caplog.at_level(logging.INFO), pytest.raises(RuntimeError, match="stopped"):
+        train_run(
+            tiny,
+            tmp_path / "work",
+            tmp_path / "out",
+            tmp_path / "summary.json",
+            threads=6,
+            devices=2,
+            accelerator="cpu",
+        )
+    assert torch.get_num_threads() == 3
+    assert os.environ["OMP_NUM_THREADS"] == "3"  # inherited by the ranks Lightning starts
+    rank = local_rank or 0
+    assert f"rank {rank} uses 3 CPU thread(s) (the job's 6 over 2 rank(s) on this node)" in (
+        caplog.text
+    )

@@ -19,6 +19,10 @@ the rank Lightning gives the process, the summary records the launch, and a job 
 match the recipe's ``devices x num_nodes`` fails at once with a message that says what to change
 (instead of hanging in the first collective).
 
+:func:`threads_per_rank` shares the job's CPU cores among the ranks on its node: Snakemake sets
+``OMP_NUM_THREADS`` to the job's threads (``cpus_per_device`` x devices) and every rank inherits
+it.
+
 :func:`cpu_fallback` turns a run that asks for a GPU on a machine without a usable one (a CI node
 with fake GPU GRES, a broken driver) into a CPU run in fp32, with a loud warning.
 
@@ -56,7 +60,8 @@ class ClusterInfo:
     node_rank: int
     num_nodes: int
     devices: int
-    """Processes (devices) per node."""
+    """Processes (devices) per node: the ranks on this process's node (checked against
+    ``SLURM_NTASKS_PER_NODE`` and ``LOCAL_WORLD_SIZE`` where the launcher sets them)."""
     job_id: str | None = None
     """The SLURM job the processes run in (whoever started them)."""
     note: str | None = None
@@ -141,11 +146,17 @@ def detect_cluster(
     expected = devices * num_nodes
     if _torchelastic_detected(env):
         world = _int(env, "WORLD_SIZE", 1)
+        fix = f"use --nproc-per-node {devices} --nnodes {num_nodes}"
         if world != expected:
             raise AsrflowError(
                 f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
-                f"x {num_nodes} node(s) = {expected}; use --nproc-per-node {devices} "
-                f"--nnodes {num_nodes}"
+                f"x {num_nodes} node(s) = {expected}; {fix}"
+            )
+        per_node = _int(env, "LOCAL_WORLD_SIZE", devices)
+        if per_node != devices:
+            raise AsrflowError(
+                f"torchrun started {per_node} process(es) on this node (LOCAL_WORLD_SIZE) but the "
+                f"run trains on {devices} device(s) per node; {fix}"
             )
         return ClusterInfo(
             environment="torchelastic",
@@ -251,6 +262,21 @@ def _one_task_job(
             "LOCAL_RANK, not SLURM_PROCID)"
         ),
     )
+
+
+def threads_per_rank(job_threads: int, cluster: ClusterInfo) -> int:
+    """CPU threads for one rank: its equal share of the job's ``job_threads`` among the ranks on
+    its node (``cluster.devices``), at least 1.
+
+    Every rank computes its own share, also the ranks Lightning's launcher starts by running the
+    job script again (they inherit the job's threads and ``OMP_NUM_THREADS``).
+
+    >>> threads_per_rank(8, detect_cluster(devices=4, env={}))
+    2
+    """
+    if job_threads < 1:
+        raise AsrflowError(f"a job needs at least 1 CPU thread, got {job_threads}")
+    return max(1, job_threads // max(1, cluster.devices))
 
 
 def cpu_fallback(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:

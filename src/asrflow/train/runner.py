@@ -42,7 +42,13 @@ from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import write_json
 from asrflow.text import TextNormalization, normalize
-from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, launched_rank
+from asrflow.train.cluster import (
+    ClusterInfo,
+    cpu_fallback,
+    detect_cluster,
+    launched_rank,
+    threads_per_rank,
+)
 from asrflow.train.recipe import (
     Recipe,
     check_recipe,
@@ -271,18 +277,40 @@ def _log_cluster(name: str, cluster: ClusterInfo, kwargs: Mapping[str, Any]) -> 
     )
 
 
+def _use_threads(name: str, job_threads: int, cluster: ClusterInfo) -> int:
+    """Give this rank its share of the job's CPU threads (:func:`threads_per_rank`)."""
+    threads = threads_per_rank(job_threads, cluster)
+    torch.set_num_threads(threads)
+    # as Lightning does where OMP_NUM_THREADS is unset: the ranks its launcher starts from here
+    # then start with their share, not the job's threads that Snakemake put there
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    log.info(
+        "run %s: rank %d uses %d CPU thread(s) (the job's %d over %d rank(s) on this node)",
+        name,
+        cluster.global_rank,
+        threads,
+        job_threads,
+        cluster.devices,
+    )
+    return threads
+
+
 def train_run(
     spec: RunSpec,
     work_dir: Pathlike,
     out_dir: Pathlike,
     summary_path: Pathlike,
+    *,
+    threads: int | None = None,
     **trainer_overrides: Any,
 ) -> dict[str, Any]:
     """Train (or resume) one run; returns and writes the run summary.
 
     Returns normally when the run completes and when it fails as a result of its recipe
     (diverged, out of memory); raises on preemption and on any other failure (see the module
-    docstring). ``trainer_overrides`` go to ``lightning.Trainer`` over the recipe's settings.
+    docstring). ``threads``: the job's CPU threads (all ranks on this node together), shared
+    among its ranks; ``None`` leaves torch's threads as they are. ``trainer_overrides`` go to
+    ``lightning.Trainer`` over the recipe's settings.
     """
     import lightning as L
     from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -330,6 +358,8 @@ def train_run(
             accelerator_fallback=fallback,
         )
         _log_cluster(spec.name, cluster, kwargs)
+        if threads is not None:
+            _use_threads(spec.name, threads, cluster)
         if cluster.world_size > 1:
             kwargs.setdefault("strategy", "ddp")
         if cluster.environment == "slurm":
