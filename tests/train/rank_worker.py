@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from asrflow.errors import AsrflowError
 from asrflow.train.module import AsrModule
 from asrflow.train.runner import train_run
 from asrflow.types import Pathlike
@@ -46,7 +49,12 @@ def record_batches(
 
     def recording_step(self, batch, batch_idx):
         if state["fail_at_step"] is not None and self.global_step == state["fail_at_step"]:
-            raise RuntimeError(f"planted failure at step {self.global_step}")
+            if state.get("fail_rank") in (None, self.global_rank):
+                if state.get("fail_with") == "oom":
+                    raise torch.OutOfMemoryError(
+                        f"CUDA out of memory (planted at step {self.global_step})"
+                    )
+                raise RuntimeError(f"planted failure at step {self.global_step}")
         loss = training_step(self, batch, batch_idx)
         time.sleep(sleep_per_step)
         record = {
@@ -105,7 +113,12 @@ def main(job_path: str) -> None:
     state = record_batches(root, sleep_per_step=job.get("sleep_per_step", 0.0))
     spec = spec_from_json(json.dumps(job["spec"]))
     for i, run in enumerate(job["runs"]):
-        state.update(run=i, fail_at_step=run.get("fail_at_step"))
+        state.update(
+            run=i,
+            fail_at_step=run.get("fail_at_step"),
+            fail_rank=run.get("fail_rank"),
+            fail_with=run.get("fail_with"),
+        )
         try:
             train_run(
                 dataclasses.replace(spec, overrides=run["overrides"]),
@@ -113,7 +126,7 @@ def main(job_path: str) -> None:
                 root / "out",
                 root / "summary.json",
             )
-        except RuntimeError as exc:
+        except (RuntimeError, AsrflowError) as exc:  # the other rank reports the first's
             if "planted failure" not in str(exc):
                 raise
             logging.info("rank %d: run %d stopped by the planted failure", rank, i)

@@ -230,3 +230,29 @@ def test_two_process_run_time(ddp_run):
     *_, seconds = ddp_run
     print(f"two-process DDP job (two runs): {seconds:.1f} s")
     assert seconds < 240
+
+
+def test_out_of_memory_on_one_rank_ends_every_rank_with_that_failure(tmp_path):
+    """Rank 1 alone runs out of memory mid-run: rank 0 does not wait for the process group's
+    timeout nor fail with a broken connection; both processes end at once, the job succeeds, and
+    rank 0 records rank 1's failure as the run's result."""
+    spec = make_tiny_run(tmp_path / "data")
+    root = tmp_path / "oom"
+    overrides = {
+        "trainer": {"max_steps": 8, "val_check_interval": 2, "devices": WORLD},
+        "batching": {"max_duration": 2.0},
+    }
+    job = {
+        "spec": json.loads(spec_to_json(spec)),
+        "root": str(root),
+        "runs": [{"overrides": overrides, "fail_at_step": 3, "fail_rank": 1, "fail_with": "oom"}],
+    }
+    wait_all(launch(job, root), root, timeout=180)  # both ranks exit 0
+    summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "failed"
+    assert summary["failure"] == "out_of_memory"
+    assert summary["failed_rank"] == 1
+    assert summary["error"].startswith("rank 1: OutOfMemoryError: CUDA out of memory")
+    assert summary["cluster"]["global_rank"] == 0  # recorded by rank 0
+    assert summary["steps"] == 3
+    assert "rank 1 failed (out_of_memory)" in (root / "rank0.log").read_text(encoding="utf-8")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from asrflow.train.failures import (
     DIVERGED,
     OUT_OF_MEMORY,
     NonFiniteGuard,
+    RankFailures,
     TrainingDiverged,
     result_failure,
 )
@@ -124,3 +127,53 @@ def test_other_errors_fail_the_job(tiny, tmp_path, monkeypatch):
     assert work["error"] == "RuntimeError: boom"
     assert not (tmp_path / "summary.json").exists()
     assert not (tmp_path / "out").exists()
+
+
+def watchers(world: int = 2, **kwargs) -> list[RankFailures]:
+    """One :class:`RankFailures` per rank, all on one in-process store (as on one process group)."""
+    store = torch.distributed.HashStore()
+    ranks = [RankFailures(poll_seconds=0.02, **kwargs) for _ in range(world)]
+    for rank, watcher in enumerate(ranks):
+        watcher.attach(store, rank, world)
+    return ranks
+
+
+def test_a_rank_failure_reaches_the_other_ranks_and_they_acknowledge_it():
+    rank0, rank1, rank2 = watchers(3, ack_seconds=20.0)
+    started = time.monotonic()
+    assert rank1.post(OUT_OF_MEMORY, "OutOfMemoryError: CUDA out of memory")
+    # post returned because both others acknowledged, long before ack_seconds
+    assert time.monotonic() - started < 10.0
+    expected = {
+        "rank": 1,
+        "failure": OUT_OF_MEMORY,
+        "error": "OutOfMemoryError: CUDA out of memory",
+    }
+    assert rank0.remote() == expected
+    assert rank2.remote() == expected
+    assert rank1.remote() is None  # its own failure is not a remote one
+
+
+def test_the_first_posted_failure_wins():
+    rank0, rank1 = watchers(ack_seconds=5.0)
+    rank1.post(None, "RuntimeError: a bug on rank 1")
+    # rank 0's own error (the broken connection to rank 1) comes second and is not recorded
+    rank0.post(None, "RuntimeError: Connection closed by peer")
+    assert rank0.remote()["error"] == "RuntimeError: a bug on rank 1"
+
+
+def test_post_waits_at_most_ack_seconds_for_a_rank_that_has_gone(caplog):
+    store = torch.distributed.HashStore()
+    alone = RankFailures(poll_seconds=0.02, ack_seconds=0.3)
+    alone.attach(store, 0, 2)  # rank 1 never watches: it has exited
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.failures"):
+        assert alone.post(DIVERGED, "TrainingDiverged: ...")
+    assert time.monotonic() - started < 5.0
+    assert "not every rank acknowledged" in caplog.text
+
+
+def test_a_single_process_has_no_one_to_tell():
+    watcher = RankFailures()
+    assert watcher.post(OUT_OF_MEMORY, "OutOfMemoryError") is False
+    assert watcher.remote() is None

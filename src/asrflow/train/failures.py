@@ -7,6 +7,14 @@ run's summary (``status: failed``, ``failure: diverged | out_of_memory``) and re
 the job succeeds and the comparison of runs lists the failed one. Every other exception is a
 failure of the job and is re-raised, so Snakemake (or SLURM) can retry it.
 
+Under DDP a failure can strike one rank alone (out of memory, a bug, a bad file in one shard): the
+others would wait in their next collective until the process group's timeout (30 minutes), or fail
+with a communication error that hides the cause. :class:`RankFailures` spreads the failure: the
+failing rank posts it in the process group's key-value store, every other rank's watcher thread
+sees it within a second (and aborts a blocked NCCL collective; gloo's fail by themselves once the
+failing process exits), and each rank then ends as the failing one does: rank 0 records the same
+failure, naming the rank, and the job succeeds for a result failure and fails otherwise.
+
 A job that gets SIGTERM (SLURM's time limit, ``scancel``, preemption) saves
 ``<work>/checkpoints/last.ckpt`` at the next step boundary (:class:`PreemptionCheckpoint`) and
 stops with :class:`TrainingPreempted`; the retry resumes from that checkpoint.
@@ -14,8 +22,11 @@ stops with :class:`TrainingPreempted`; the retry resumes from that checkpoint.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +173,118 @@ class PreemptionCheckpoint(L.Callback):
             )
             return
         self._save(trainer)
+
+
+class RankFailures(L.Callback):
+    """Spreads one DDP rank's failure to the other ranks (see the module docstring).
+
+    Started at ``setup`` (the process group is up by then) when there is more than one rank:
+    holds the group's store and runs a daemon thread that polls it every ``poll_seconds``. A rank
+    whose training fails calls :meth:`post`; a rank whose training ends in an exception asks
+    :meth:`remote` whether another rank failed first, and then reports that rank's failure
+    instead of its own communication error. Every rank that sees a posted failure acknowledges
+    it, and :meth:`post` waits (at most ``ack_seconds``) for those acknowledgements, so that the
+    rank holding the store (rank 0) stays up until the others have read it.
+    """
+
+    _fits = 0  # fits set up in this process: every rank runs the same ones, in the same order
+
+    def __init__(self, poll_seconds: float = 1.0, ack_seconds: float = 30.0) -> None:
+        super().__init__()
+        self.poll_seconds = poll_seconds
+        self.ack_seconds = ack_seconds
+        self.rank = 0
+        self.world_size = 1
+        self.store: Any = None
+        self.backend: str | None = None
+        self.key = ""
+        self._remote: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        import torch.distributed as dist
+
+        if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+            return
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        # a key of its own per fit: a failure posted in an earlier fit of this process (a run
+        # that resumes in the same processes) stays in the store
+        RankFailures._fits += 1
+        key = f"asrflow/failure/{RankFailures._fits}"
+        self.attach(_get_default_store(), trainer.global_rank, trainer.world_size, key)
+        self.backend = str(dist.get_backend())
+
+    def attach(self, store: Any, rank: int, world_size: int, key: str = "asrflow/failure") -> None:
+        """Watch ``key`` in ``store`` as ``rank`` of ``world_size`` (:meth:`setup` does)."""
+        self.store, self.rank, self.world_size, self.key = store, rank, world_size, key
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, name="asrflow-rank-failures")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._stop.set()  # the store stays held: the failure path reads and posts after teardown
+
+    def _read(self) -> dict[str, Any] | None:
+        if self.store is None or not self.store.check([self.key]):
+            return None
+        return json.loads(self.store.get(self.key))
+
+    def _acknowledge(self, posted: dict[str, Any]) -> None:
+        if posted["rank"] != self.rank:
+            self.store.set(f"{self.key}/seen/{self.rank}", "1")
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                posted = self._read()
+            except Exception:  # the store's host (rank 0) has gone: nothing more to learn
+                return
+            if posted is None or posted["rank"] == self.rank:
+                continue
+            self._remote = posted
+            log.error(
+                "rank %d failed (%s): %s; stopping rank %d",
+                posted["rank"],
+                posted["failure"] or "error",
+                posted["error"],
+                self.rank,
+            )
+            try:
+                self._acknowledge(posted)
+            except Exception:
+                pass
+            if self.backend == "nccl":  # a blocked NCCL collective waits for its timeout
+                from torch.distributed.distributed_c10d import _abort_process_group
+
+                _abort_process_group()
+            return
+
+    def remote(self) -> dict[str, Any] | None:
+        """The failure another rank posted (``rank``, ``failure``, ``error``), if any."""
+        if self._remote is None and self.store is not None:
+            try:
+                posted = self._read()
+            except Exception:
+                posted = None
+            if posted is not None and posted["rank"] != self.rank:
+                self._remote = posted
+                self._acknowledge(posted)
+        return self._remote
+
+    def post(self, failure: str | None, error: str) -> bool:
+        """Tell the other ranks this rank failed; False when there are none to tell. The first
+        post wins; waits for the others' acknowledgements (at most ``ack_seconds``)."""
+        if self.store is None:
+            return False
+        self._stop.set()
+        posted = {"rank": self.rank, "failure": failure, "error": error}
+        try:
+            self.store.compare_set(self.key, "", json.dumps(posted))
+            others = [f"{self.key}/seen/{r}" for r in range(self.world_size) if r != self.rank]
+            self.store.wait(others, timedelta(seconds=self.ack_seconds))
+        except Exception as exc:  # a rank that has gone already, or the store with rank 0
+            log.warning("rank %d: not every rank acknowledged its failure: %s", self.rank, exc)
+        return True

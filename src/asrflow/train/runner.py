@@ -318,6 +318,7 @@ def train_run(
     from asrflow.train.failures import (
         OUT_OF_MEMORY,
         PreemptionCheckpoint,
+        RankFailures,
         TrainingPreempted,
         result_failure,
     )
@@ -346,6 +347,7 @@ def train_run(
     last = work / CHECKPOINTS / LAST
     resumed_from = str(last) if last.is_file() else None
     preemption = PreemptionCheckpoint(last)
+    rank_failures = RankFailures()
     trainer: Any = None
     parts: dict[str, Any] | None = None
     try:
@@ -383,7 +385,7 @@ def train_run(
         trainer = L.Trainer(
             default_root_dir=work,
             max_epochs=-1,
-            callbacks=[*parts["callbacks"], preemption],
+            callbacks=[*parts["callbacks"], preemption, rank_failures],
             logger=parts["loggers"],
             log_every_n_steps=1,
             use_distributed_sampler=False,
@@ -422,11 +424,19 @@ def train_run(
             write_json(work / "summary.json", summary)
         raise TrainingPreempted(message) from exc
     except BaseException as exc:
-        failure = result_failure(exc)
+        failure, error, failed_rank = result_failure(exc), f"{type(exc).__name__}: {exc}", rank
+        remote = rank_failures.remote()
+        if remote is not None:  # another rank failed first: this exception is its consequence
+            failure, error, failed_rank = remote["failure"], remote["error"], remote["rank"]
+            error = f"rank {failed_rank}: {error}"
+            posted = True
+        else:
+            posted = rank_failures.post(failure, error)
         summary.update(
             status="failed",
             failure=failure,
-            error=f"{type(exc).__name__}: {exc}",
+            error=error,
+            failed_rank=failed_rank,
             traceback=traceback.format_exc(limit=20),
             wall_seconds=time.time() - started,
             resumed_from=resumed_from,
@@ -435,16 +445,19 @@ def train_run(
         if failure is None:
             if rank == 0:
                 write_json(work / "summary.json", summary)
+            if remote is not None:
+                raise AsrflowError(f"run {spec.name} failed on {error}") from exc
             raise
         log.error(
             "run %s failed (%s): %s; recorded in %s, the job itself succeeds",
             spec.name,
             failure,
-            exc,
+            error,
             summary_path,
         )
-        # out of memory can strike one rank alone: that rank then writes the summary itself
-        if rank == 0 or failure == OUT_OF_MEMORY:
+        # rank 0 records a failure the others posted; one no other rank could be told of (no
+        # process group yet) is written by the rank it struck
+        if rank == 0 or (failure == OUT_OF_MEMORY and not posted):
             _write_result_failure(summary, work, out, summary_path)
         return summary
     best = {
