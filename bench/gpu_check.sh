@@ -9,7 +9,7 @@
 #   3. bench/train_speed.py: demo_conformer (32-true, bf16-mixed) and a100_conformer at 250-s
 #      batches (32-true with TF32, bf16-mixed, bf16-true).
 # PY and SNAKEMAKE name the interpreter and Snakemake (default: the project's uv environment).
-# The same stages took 6 min 10 s on one H200 (README, Training, "On a GPU").
+# The same stages took 6 min 8 s on one H200 (README, Training, "On a GPU").
 set -u
 OUT=${1:-results/gpu_check}
 PY=${PY:-uv run python}
