@@ -4,6 +4,7 @@ from snakemake.utils import validate
 
 from asrflow import layout
 from asrflow.train.init import tracked_weights
+from asrflow.train.launch import train_resources
 from asrflow.workflow import share_package_with_jobs
 
 share_package_with_jobs(f"{workflow.basedir}/src")
@@ -117,12 +118,16 @@ def run_runtime(wildcards, attempt):
     return layout.run(config, wildcards.run)["resources"]["runtime"] * attempt
 
 
-def run_gpus(wildcards):
-    return layout.run(config, wildcards.run)["resources"]["devices"]
+def run_slurm(resource):
+    """A resource function: the train job's `resource` for SLURM (gpu, cpus_per_gpu, nodes, and
+    for a run whose ranks srun starts mpi, tasks_per_node, ...; asrflow.train.launch), None
+    (unset) where its launch does not use it."""
 
+    def value(wildcards):
+        return train_resources(layout.run(config, wildcards.run)["resources"])[resource]
 
-def run_cpus_per_gpu(wildcards):
-    return layout.run(config, wildcards.run)["resources"]["cpus_per_device"]
+    value.__name__ = f"run_slurm_{resource}"
+    return value
 
 
 def run_init_weights(wildcards):

@@ -68,12 +68,19 @@ checkpoint train:
     conda:
         "../envs/asrflow.yaml"
     threads: run_threads
+    # One task in which Lightning starts the ranks of its node; or, on several nodes (launcher
+    # srun), an MPI-style job whose script starts one srun task per device (asrflow.train.launch).
     resources:
-        gpu=run_gpus,
-        cpus_per_gpu=run_cpus_per_gpu,
+        gpu=run_slurm("gpu"),
+        cpus_per_gpu=run_slurm("cpus_per_gpu"),
         mem_mb=lookup(dpath="runs/{run}/resources/mem_mb", within=config),
         runtime=run_runtime,
-        nodes=lookup(dpath="runs/{run}/resources/nodes", within=config),
+        nodes=run_slurm("nodes"),
+        mpi=run_slurm("mpi"),
+        tasks_per_node=run_slurm("tasks_per_node"),
+        tasks=run_slurm("tasks"),
+        tasks_per_gpu=run_slurm("tasks_per_gpu"),
+        cpus_per_task=run_slurm("cpus_per_task"),
     params:
         overrides=run_overrides,
         weights=lookup(dpath="runs/{run}/weights", within=config),

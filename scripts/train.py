@@ -1,5 +1,7 @@
-"""Snakemake adapter of rule train -> asrflow.train.runner.train_run."""
+"""Snakemake adapter of rule train -> asrflow.train.runner.train_run, in this process (Lightning
+starts any other ranks) or on one srun task per device (asrflow.train.launch.srun_train)."""
 
+from asrflow.train.launch import SrunLaunch, srun_train
 from asrflow.train.runner import spec_from_inputs, train_run
 from asrflow.workflow import step
 
@@ -12,10 +14,9 @@ with step(snakemake):
         weights=snakemake.params.weights,
         init=snakemake.params.init,
     )
-    train_run(
-        spec,
-        snakemake.params.work,
-        snakemake.output.run,
-        snakemake.output.summary,
-        threads=snakemake.threads,
-    )
+    args = (spec, snakemake.params.work, snakemake.output.run, snakemake.output.summary)
+    launch = SrunLaunch.from_job(dict(snakemake.resources.items()))
+    if launch is None:
+        train_run(*args, threads=snakemake.threads)
+    else:
+        srun_train(launch, *args, threads=snakemake.threads, log_path=snakemake.log[0])

@@ -7,14 +7,13 @@ Also usable from a subprocess (the DDP and preemption tests): ``python -m tests.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from asrflow.train.runner import RunSpec
+from asrflow.train.runner import RunSpec, spec_from_json, spec_to_json  # noqa: F401 (re-exported)
 from tests.conftest import utterance_rows, write_nemo, write_wav
 from tests.train.tiny_espnet import TINY_CTC_MODEL
 
@@ -75,11 +74,3 @@ def make_tiny_run(
         normalization=norm.to_dict(),
         overrides=dict(overrides or {}),
     )
-
-
-def spec_to_json(spec: RunSpec) -> str:
-    return json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__})
-
-
-def spec_from_json(text: str) -> RunSpec:
-    return RunSpec(**json.loads(text))

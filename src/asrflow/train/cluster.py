@@ -4,7 +4,8 @@ Three ways a run's processes get started, and where each process reads its rank 
 
 - ``srun`` starts one task per device (``--ntasks-per-node`` = devices per node, ``--nodes`` =
   nodes); Lightning's ``SLURMEnvironment`` reads ``SLURM_PROCID``/``SLURM_LOCALID``/
-  ``SLURM_NODEID``. The only way to train on several nodes under SLURM.
+  ``SLURM_NODEID``. The only way to train on several nodes under SLURM (through the Snakemake
+  SLURM profile: :mod:`asrflow.train.launch`).
 - ``torchrun`` sets ``RANK``/``LOCAL_RANK``/``GROUP_RANK`` (``TorchElasticEnvironment``).
 - Lightning's own launcher: the process started by hand is rank 0 and starts the others on its
   node by running ``sys.argv`` again with ``LOCAL_RANK`` set (``LightningEnvironment``). This is
@@ -237,10 +238,10 @@ def _one_task_job(
             f"{where} runs 1 task (SLURM_NTASKS) but the run trains on {devices} device(s) x "
             f"{num_nodes} node(s) = {expected} processes: Lightning can start the ranks of one "
             "node inside a single task, but a run over several nodes needs one task per device "
-            f"started by srun (srun --nodes {num_nodes} --ntasks-per-node {devices}), and the "
-            "Snakemake SLURM profile starts every job as one task; set the run's resources to "
-            "nodes: 1 with devices up to the GPUs of one node (README, 'Running on a SLURM "
-            "cluster', 'Several nodes')"
+            f"started by srun (srun --nodes {num_nodes} --ntasks-per-node {devices}); through "
+            "the Snakemake SLURM profile, give the run launcher: srun (or auto, the default) in "
+            "runs.<run>.resources, and the train job starts its ranks that way "
+            "(asrflow.train.launch; README, 'Running on a SLURM cluster', 'Several nodes')"
         )
     if nnodes != 1:
         raise AsrflowError(

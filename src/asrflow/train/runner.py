@@ -87,6 +87,16 @@ class RunSpec:
     """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
 
 
+def spec_to_json(spec: RunSpec) -> str:
+    """A :class:`RunSpec` as JSON (paths as strings), e.g. for a process that trains it."""
+    return json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}, default=str)
+
+
+def spec_from_json(text: str) -> RunSpec:
+    """The :class:`RunSpec` :func:`spec_to_json` wrote."""
+    return RunSpec(**json.loads(text))
+
+
 def model_sample_rate(frontend_conf: Mapping[str, Any] | None) -> int:
     """The sampling rate the model's frontend expects (ESPnet's ``frontend_conf.fs``)."""
     return int((frontend_conf or {}).get("fs", 16000))
@@ -501,6 +511,7 @@ def train_run(
         )
         write_json(summary_path, summary)
         write_json(work / "summary.json", summary)
+        log.info("run %s completed: wrote %s and %s", spec.name, out, summary_path)
     return summary
 
 
