@@ -3,7 +3,10 @@
 import json
 import logging
 import os
+import re
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +17,8 @@ from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.hashing import sha256_file
 from asrflow.provenance import MODIFIED_OUTPUT, verify
 from asrflow.workflow import Step, _caller_script, files_by_name, rank_log, step
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def fake_snakemake(record: bool = True, log: bool = True) -> SimpleNamespace:
@@ -250,3 +255,18 @@ def test_real_snakemake_run(ws: Path) -> None:
     w.write_bytes(b"abd")
     os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert [m.kind for m in verify([w])] == [MODIFIED_OUTPUT]
+
+
+def test_the_snakefile_parses_without_importing_torch():
+    """Parsing the Snakefile (every snakemake call, and every SLURM job again) imports the
+    modules the rules use; torch there would add seconds to each. Checked in a fresh process:
+    the asrflow modules rules/*.smk import at the top level."""
+    smk = "\n".join(p.read_text(encoding="utf-8") for p in sorted(ROOT.glob("rules/*.smk")))
+    modules = sorted(set(re.findall(r"^from (asrflow[\w.]*) import", smk, re.M)))
+    assert "asrflow.train.launch" in modules  # the one that used to pull in the runner
+    code = "; ".join(f"import {m}" for m in modules)
+    code += "; import sys; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", f"{modules} import {out.stdout.strip()}"
