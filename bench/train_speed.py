@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import yaml
 
-from asrflow.train.recipe import check_recipe, load_recipe
+from asrflow.train.recipe import deep_merge, load_recipe
 from asrflow.train.runner import RunSpec, build_trainer_parts
 
 NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}
@@ -40,13 +40,6 @@ def _nested(key: str, value: Any) -> dict[str, Any]:
     for part in reversed(key.split(".")):
         out = {part: out}
     return out
-
-
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(a)
-    for k, v in b.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and k in merged else v
-    return merged
 
 
 class StepTimer:
@@ -82,8 +75,7 @@ class StepTimer:
 def measure(spec: RunSpec, overrides: dict[str, Any], precision: str, steps: int) -> StepTimer:
     import lightning as L
 
-    recipe = load_recipe(spec.recipe, _merge(overrides, {"trainer": {"precision": precision}}))
-    check_recipe(recipe, source=str(spec.recipe))
+    recipe = load_recipe(spec.recipe, deep_merge(overrides, {"trainer": {"precision": precision}}))
     timer = StepTimer()
     with tempfile.TemporaryDirectory(prefix="asrflow-bench-") as work:
         parts = build_trainer_parts(spec, recipe, Path(work))
@@ -128,7 +120,7 @@ def main() -> None:
     overrides: dict[str, Any] = {}
     for item in args.set:
         key, _, value = item.partition("=")
-        overrides = _merge(overrides, _nested(key, yaml.safe_load(value)))
+        overrides = deep_merge(overrides, _nested(key, yaml.safe_load(value)))
     tok = Path(args.tokenizer)
     spec = RunSpec(
         name="bench",

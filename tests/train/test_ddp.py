@@ -29,6 +29,11 @@ pytestmark = pytest.mark.slow  # two fresh Python processes: ~40 s of the ~65 s 
 
 WORLD = 2
 ROOT = Path(__file__).resolve().parents[2]
+OVERRIDES = {
+    "trainer": {"max_steps": 8, "val_check_interval": 2, "devices": WORLD},
+    # <= 2 s per batch: at least 3 batches per rank and epoch, so step 2 is mid-epoch
+    "batching": {"max_duration": 2.0},
+}
 
 
 def free_port() -> int:
@@ -139,22 +144,17 @@ def ddp_run(tmp_path_factory):
     data = tmp_path_factory.mktemp("data")
     spec = make_tiny_run(data)
     root = tmp_path_factory.mktemp("ddp")
-    overrides = {
-        "trainer": {"max_steps": 8, "val_check_interval": 2, "devices": WORLD},
-        # <= 2 s per batch: at least 3 batches per rank and epoch, so step 2 is mid-epoch
-        "batching": {"max_duration": 2.0},
-    }
     job = {
         "spec": json.loads(spec_to_json(spec)),
         "root": str(root),
         "runs": [
-            {"overrides": overrides, "fail_at_step": 2},  # dies after the step-2 checkpoint
-            {"overrides": overrides, "fail_at_step": None},  # resumes from it
+            {"overrides": OVERRIDES, "fail_at_step": 2},  # dies after the step-2 checkpoint
+            {"overrides": OVERRIDES, "fail_at_step": None},  # resumes from it
         ],
     }
     started = time.time()
     wait_all(launch(job, root), root)
-    return spec, root, overrides, time.time() - started
+    return spec, root, OVERRIDES, time.time() - started
 
 
 def test_each_utterance_once_per_epoch_across_ranks_and_resume(ddp_run):
@@ -238,14 +238,10 @@ def test_out_of_memory_on_one_rank_ends_every_rank_with_that_failure(tmp_path):
     rank 0 records rank 1's failure as the run's result."""
     spec = make_tiny_run(tmp_path / "data")
     root = tmp_path / "oom"
-    overrides = {
-        "trainer": {"max_steps": 8, "val_check_interval": 2, "devices": WORLD},
-        "batching": {"max_duration": 2.0},
-    }
     job = {
         "spec": json.loads(spec_to_json(spec)),
         "root": str(root),
-        "runs": [{"overrides": overrides, "fail_at_step": 3, "fail_rank": 1, "fail_with": "oom"}],
+        "runs": [{"overrides": OVERRIDES, "fail_at_step": 3, "fail_rank": 1, "fail_with": "oom"}],
     }
     wait_all(launch(job, root), root, timeout=180)  # both ranks exit 0
     summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
