@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
@@ -113,66 +114,92 @@ class NonFiniteGuard:
 
 
 class PreemptionCheckpoint(L.Callback):
-    """On SIGTERM, save a checkpoint at a step boundary and stop training.
+    """On SIGTERM, save a checkpoint at the next step boundary and stop training.
 
-    Lightning's signal connector only notes the SIGTERM (``trainer.received_sigterm``) and raises
-    its ``SIGTERMException`` at the next check. This callback saves ``path`` (the ``last.ckpt``
-    that a rerun resumes from: weights, optimizer, scheduler, step and the position in the
-    epoch's batch order) right after the training batch during which the signal came, and stops
-    before any validation or further batch. Under DDP the ranks agree through a one-element
-    all-reduce per step, so they save together. (A rank whose own SIGTERM comes later than the
-    others' may then stop with a communication error instead: the checkpoint is saved all the
-    same, and the job fails and is retried either way.) A SIGTERM during validation saves
-    nothing (a checkpoint taken in the middle of a validation would resume into a partial one):
-    the rerun starts from the checkpoint of the previous validation.
+    Lightning's own SIGTERM handling notes the signal and raises its ``SIGTERMException`` at
+    whatever check comes next: in the middle of a validation, or at the end of an epoch after the
+    loop's counters have moved on. A checkpoint saved there resumes one logging step off and,
+    at a validation step, skips that validation (measured, lightning 2.6: a scancel'd job's
+    metrics then lacked a step). So from ``on_train_start`` this callback takes SIGTERM over: its
+    handler only notes the signal (and, like Lightning's, passes it on to ranks that Lightning's
+    launcher started). At the end of the training batch during which the signal came it saves
+    ``path`` (the ``last.ckpt`` that a rerun resumes from: weights, optimizer, scheduler, step and
+    the position in the epoch's batch order), lets a validation due at that step run (its
+    ``last.ckpt``, written at the validation's end, replaces this one), and stops before the next
+    batch. A signal during a validation lets it finish first. Under DDP the ranks agree through a
+    one-element all-reduce per step, so they save together.
+
+    If SLURM's ``KillWait`` (30 s by default) ends the job before that, the rerun resumes from the
+    checkpoint saved at the batch's end, or from the previous validation's.
     """
 
     def __init__(self, path: Pathlike) -> None:
         super().__init__()
         self.path = Path(path)
         self.saved_step: int | None = None
+        self.received = False
+        self._trainer: L.Trainer | None = None
+        self._previous: Any = None
 
-    def _save(self, trainer: L.Trainer) -> None:
-        trainer.save_checkpoint(self.path)
-        self.saved_step = trainer.global_step
-        log.warning(
-            "SIGTERM: saved %s at step %d; the rerun resumes from it",
-            self.path,
-            trainer.global_step,
-        )
+    def _notice(self, signum: int, _frame: Any) -> None:
+        log.warning("SIGTERM received: saving a checkpoint at the end of this training batch")
+        trainer = self._trainer
+        launcher = trainer.strategy.launcher if trainer is not None else None
+        if not self.received and launcher is not None:
+            launcher.kill(signum)  # ranks Lightning started as child processes
+        self.received = True
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set in the main thread: Lightning's stay
+        self._trainer = trainer
+        self._previous = signal.signal(signal.SIGTERM, self._notice)
+        # a SIGTERM during set-up (before this handler) was noted by Lightning's: take it over
+        if trainer.received_sigterm:
+            trainer._signal_connector.received_sigterm = False
+            self.received = True
+
+    def _restore(self) -> None:
+        # before Lightning's teardown puts back the handlers from before the fit: restored after
+        # it, Lightning's handler (of a finished Trainer) would swallow a later SIGTERM
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+        self._trainer = None
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         if self.saved_step is not None:
             return
-        flag = torch.tensor([float(trainer.received_sigterm)], device=pl_module.device)
+        flag = torch.tensor([float(self.received)], device=pl_module.device)
         if trainer.world_size > 1:
             flag = trainer.strategy.reduce(flag, reduce_op="sum")
         if float(flag.item()) > 0:
-            self._save(trainer)
-
-    # stop after the step's metrics are logged, before a validation or the next batch starts
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.saved_step is not None:
-            raise SIGTERMException()
+            trainer.save_checkpoint(self.path)
+            self.saved_step = trainer.global_step
+            log.warning(
+                "SIGTERM: saved %s at step %d; the rerun resumes from it",
+                self.path,
+                trainer.global_step,
+            )
 
     def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        # the step's metrics are logged and a validation due at it has run
         if self.saved_step is not None:
             raise SIGTERMException()
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if not isinstance(exception, SIGTERMException) or self.saved_step is not None:
-            return
-        if trainer.validating or trainer.sanity_checking:
+        self._restore()
+        if isinstance(exception, SIGTERMException) and self.saved_step is None:
             log.warning(
-                "SIGTERM during validation at step %d: no checkpoint saved; the rerun resumes "
-                "from the last one",
+                "SIGTERM at step %d before training started: no checkpoint saved; the rerun "
+                "resumes from the last one",
                 trainer.global_step,
             )
-            return
-        self._save(trainer)
 
 
 class RankFailures(L.Callback):

@@ -418,8 +418,8 @@ def train_run(
             + (
                 f"saved {last}: rerun the job to resume from it"
                 if saved
-                else "no checkpoint could be saved now (during validation): a rerun resumes "
-                "from the last one"
+                else "no checkpoint could be saved (training had not started): a rerun "
+                "resumes from the last one"
             )
         )
         summary.update(
