@@ -1,4 +1,4 @@
-"""Tests for asrflow.train.data: padded batches, resampling, resumable sampler, DataLoader, mux."""
+"""Tests for asrflow.train.data: padded batches, resampling, resumable sampler, DataLoader, mix."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.train.data import (
     AsrDataset,
     Batching,
+    EpochMixSampler,
     make_dataloader,
     make_sampler,
-    mux_cuts,
+    mix_epoch,
     speed_perturb,
 )
 from asrflow.train.tokens import TokenEncoder
@@ -212,34 +213,73 @@ def test_dataloader_yields_every_cut_once(corpus, workers: int):
     assert sorted(i for b in dl for i in b["ids"]) == sorted(corpus.cuts.ids)
 
 
-def test_mux_follows_weights_and_keeps_every_cut():
-    a, b = fake_cuts(3000, "a"), fake_cuts(3000, "b")
-    mixed = mux_cuts([a, b], [3.0, 1.0], seed=5)
-    assert mixed.is_lazy
-    ids = [c.id for c in mixed]
-    head = ids[:1000]  # neither corpus runs out this early
-    share_a = sum(i.startswith("a") for i in head) / len(head)
-    assert share_a == pytest.approx(0.75, abs=0.05)
-    assert sorted(ids) == sorted([*a.ids, *b.ids])  # stop_early=False: the whole epoch
-    assert [c.id for c in mux_cuts([a, b], [3.0, 1.0], seed=5)] == ids  # reproducible
+def _origin_ids(cuts) -> list[str]:
+    return [re.sub(r"_rep\d+$", "", c.id) for c in cuts]
 
 
-def test_mux_stop_early_and_edge_cases():
-    a, b = fake_cuts(100, "a"), fake_cuts(1000, "b")
-    early = [c.id for c in mux_cuts([a, b], [1, 1], seed=0, stop_early=True)]
-    assert sum(i.startswith("a") for i in early) == 100
-    assert len(early) < 400
-    assert mux_cuts([a], [2.0], seed=0) is a
+def test_mix_without_weights_is_every_cut_once():
+    a, b = fake_cuts(30, "a"), fake_cuts(50, "b")
+    assert [c.id for c in mix_epoch([a, b], None, epoch=3)] == [*a.ids, *b.ids]
+
+
+def test_mix_holds_the_weights_in_every_epoch_and_rotates_through_the_big_corpus():
+    a, b = fake_cuts(100, "a"), fake_cuts(1000, "b")  # old data 1:10 by size, weighted 1:1
+    epochs = [mix_epoch([a, b], [1.0, 1.0], epoch=e, seed=5) for e in range(3)]
+    for mixed in epochs:
+        ids = [c.id for c in mixed]
+        assert len(ids) == 1100 and len(set(ids)) == 1100  # repeats renamed: IDs unique
+        assert sum(i.startswith("a") for i in ids) == 550  # the weights' share, exactly
+        assert sorted(set(_origin_ids(c for c in mixed if c.id.startswith("a")))) == sorted(a.ids)
+        repeated = next(c for c in mixed if c.id.endswith("_rep1"))
+        assert repeated.duration == a[repeated.id.removesuffix("_rep1")].duration
+    b_seen = [set(_origin_ids(c for c in m if c.id.startswith("b"))) for m in epochs]
+    assert len(b_seen[0]) == 550 and b_seen[0] | b_seen[1] == set(b.ids)  # 2 epochs: all of b
+    assert b_seen[0] != b_seen[2]
+    again = [c.id for c in mix_epoch([a, b], [1.0, 1.0], epoch=1, seed=5)]
+    assert again == [c.id for c in epochs[1]]  # a pure function of (epoch, seed)
+    other = [c.id for c in mix_epoch([a, b], [1.0, 1.0], epoch=1, seed=6)]
+    assert other != again
+    shares = [sum(c.id.startswith("a") for c in mix_epoch([a, b], [1, 3], epoch=0))]
+    assert shares == [275]
+
+
+def test_mix_refuses_bad_weights_and_empty_corpora():
+    a, b = fake_cuts(10, "a"), fake_cuts(10, "b")
     with pytest.raises(AsrflowError, match="one weight per corpus"):
-        mux_cuts([a, b], [1.0], seed=0)
+        mix_epoch([a, b], [1.0], epoch=0)
     with pytest.raises(AsrflowError, match="weight 1 must be a positive"):
-        mux_cuts([a, b], [1.0, 0.0], seed=0)
+        mix_epoch([a, b], [1.0, 0.0], epoch=0)
+    with pytest.raises(AsrflowError, match="corpus 1 has no train cuts"):
+        mix_epoch([a, CutSet.from_cuts([])], [1.0, 1.0], epoch=0)
 
 
-def test_mux_feeds_the_sampler():
-    mixed = mux_cuts([fake_cuts(200, "a"), fake_cuts(200, "b", seed=5)], [1, 1], seed=0)
-    batches = list(make_sampler(mixed, {"max_duration": 15.0, "num_buckets": 3}))
-    assert sum(len(b) for b in batches) == 400
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_epoch_mix_sampler_batches_each_epochs_mix_once_across_ranks(world_size: int):
+    from asrflow.train.resume import SkippingSampler
+
+    sets = [fake_cuts(40, "a"), fake_cuts(200, "b", seed=5)]
+
+    def epoch_cuts(epoch):
+        return mix_epoch(sets, [1, 1], epoch, seed=0)
+
+    settings = {"max_duration": 15.0, "num_buckets": 3, "seed": 2}
+    samplers = [
+        EpochMixSampler(epoch_cuts, settings, world_size=world_size, rank=r)
+        for r in range(world_size)
+    ]
+    assert (samplers[-1].world_size, samplers[-1].rank) == (world_size, world_size - 1)
+    for epoch in (0, 1):
+        seen = []
+        for s in samplers:
+            s.set_epoch(epoch)
+            seen += [c.id for batch in s for c in batch]
+        assert sorted(seen) == sorted(epoch_cuts(epoch).ids)
+    # a resume in epoch 1 rebuilds that epoch's mix and skips the batches trained on
+    full = ids_of(samplers[0])
+    resumed = SkippingSampler(EpochMixSampler(epoch_cuts, settings, world_size, rank=0))
+    resumed.set_epoch(1)
+    resumed.skip = 3
+    assert ids_of(resumed) == full[3:]
 
 
 def test_speed_perturb_copies_the_train_set_per_factor(corpus):
@@ -263,3 +303,10 @@ def test_speed_perturb_copies_the_train_set_per_factor(corpus):
     assert speed_perturb(cuts, []) is cuts
     with pytest.raises(AsrflowError, match="repeat"):
         speed_perturb(cuts, [1.0, 1.0])
+
+
+def test_mix_renames_an_id_that_two_corpora_share():
+    a, b = fake_cuts(5, "x"), fake_cuts(5, "x", seed=3)  # the same five IDs in both
+    for weights in (None, [1, 1]):
+        ids = [c.id for c in mix_epoch([a, b], weights, epoch=0)]
+        assert len(ids) == 10 and len(set(ids)) == 10

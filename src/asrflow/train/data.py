@@ -241,35 +241,103 @@ def make_dataloader(
     )
 
 
-def mux_cuts(
-    cutsets: Sequence[CutSet],
-    weights: Sequence[float],
-    seed: int = 0,
-    *,
-    stop_early: bool = False,
+def mix_epoch(
+    cutsets: Sequence[CutSet], weights: Sequence[float] | None, epoch: int, seed: int = 0
 ) -> CutSet:
-    """Interleave train corpora lazily, drawing from corpus ``i`` with probability ~ ``weights[i]``.
+    """Epoch ``epoch`` of several train corpora mixed by ``weights`` (eager, unshuffled).
 
-    A thin wrapper of :meth:`CutSet.mux`. By default (``stop_early=False``) an epoch still holds
-    every cut of every corpus: the weights set the mixing proportions only until a corpus runs
-    out, after which the others continue alone. Weights proportional to the corpus sizes mix
-    uniformly over the whole epoch. ``stop_early=True`` ends the epoch when the first corpus
-    runs out (the unread tail of the others is never seen, since mux reads each in order).
+    ``weights=None``: every cut of every corpus once (plain concatenation; each corpus weighs
+    by its size). Otherwise an epoch holds as many cuts as all corpora together, ``N``, and
+    corpus ``i`` gives ``round(N * w_i / sum(w))`` of them (at least one): a small corpus
+    weighted up repeats within the epoch, a large one weighted down gives a different part of
+    itself each epoch. Each corpus is read as an endless stream of passes, every pass a new
+    permutation (seeded by ``seed``, the corpus index and the pass), and epoch ``e`` takes the
+    next slice of that stream, so over ``ceil(size / share)`` epochs every cut is seen. A cut
+    whose ID occurs again in the epoch (a repeat, or the same ID in another corpus) gets
+    ``_rep<k>`` appended to it, so IDs stay unique.
+
+    Unlike Lhotse's ``CutSet.mux`` read into a shuffling sampler (whose epochs hold every cut
+    once, whatever the weights), the proportions hold exactly in every epoch; unlike
+    ``infinite_mux`` epochs stay finite, so the batch audit, the epoch count and an exact
+    mid-epoch resume (a pure function of ``epoch``) keep working.
     """
+    if not cutsets:
+        raise AsrflowError("mix: no corpora to mix")
+    if weights is None:
+        return _unique_ids(c for cuts in cutsets for c in cuts)
     if len(cutsets) != len(weights):
         raise AsrflowError(
-            f"mux: {len(cutsets)} corpora but {len(weights)} weights; give one weight per corpus"
+            f"mix: {len(cutsets)} corpora but {len(weights)} weights; give one weight per corpus"
         )
-    if not cutsets:
-        raise AsrflowError("mux: no corpora to mix")
     for i, w in enumerate(weights):
         if not _positive(w):
-            raise AsrflowError(f"mux: weight {i} must be a positive number, got {w!r}")
-    if len(cutsets) == 1:
-        return cutsets[0]
-    return CutSet.mux(
-        *cutsets, weights=[float(w) for w in weights], seed=seed, stop_early=stop_early
-    )
+            raise AsrflowError(f"mix: weight {i} must be a positive number, got {w!r}")
+    for i, cuts in enumerate(cutsets):
+        if len(cuts) == 0:
+            raise AsrflowError(f"mix: corpus {i} has no train cuts; remove it or its weight")
+    total, wsum = sum(len(c) for c in cutsets), float(sum(weights))
+    picked: list[Any] = []
+    for i, (cuts, w) in enumerate(zip(cutsets, weights, strict=True)):
+        items = list(cuts)
+        share = max(1, round(total * float(w) / wsum))
+        orders: dict[int, list[int]] = {}  # the passes this epoch's slice reads
+        for k in range(epoch * share, (epoch + 1) * share):
+            npass, pos = divmod(k, len(items))
+            if npass not in orders:
+                orders[npass] = _pass_order(len(items), seed, i, npass)
+            picked.append(items[orders[npass][pos]])
+    return _unique_ids(picked)
+
+
+def _unique_ids(cuts: Any) -> CutSet:
+    """``cuts`` as a CutSet, the second, third... occurrence of an ID renamed ``<id>_rep<k>``."""
+    seen: dict[str, int] = {}
+    out = []
+    for cut in cuts:
+        repeat = seen.get(cut.id, 0)
+        seen[cut.id] = repeat + 1
+        out.append(cut if repeat == 0 else cut.with_id(f"{cut.id}_rep{repeat}"))
+    return CutSet.from_cuts(out)
+
+
+def _pass_order(n: int, seed: int, corpus: int, npass: int) -> list[int]:
+    """The permutation of ``range(n)`` for pass ``npass`` over corpus ``corpus``."""
+    mixed_seed = ((seed * 1_000_003 + corpus) * 1_000_003 + npass) % 2**63
+    return torch.randperm(n, generator=torch.Generator().manual_seed(mixed_seed)).tolist()
+
+
+class EpochMixSampler:
+    """A :func:`make_sampler` over a new :func:`mix_epoch` of the train corpora each epoch.
+
+    ``epoch_cuts(e)`` gives epoch ``e``'s cuts (the mix, then speed perturbation); the bucketing
+    sampler is rebuilt when ``set_epoch`` moves to another epoch, so every epoch keeps the
+    weights' proportions and a resume rebuilds the same epoch. Iterating it iterates the current
+    epoch's sampler (wrap it in :class:`~asrflow.train.resume.SkippingSampler` as any other).
+    """
+
+    def __init__(
+        self,
+        epoch_cuts: Any,
+        batching: Batching | Mapping[str, Any] | Any,
+        world_size: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        self.epoch_cuts = epoch_cuts
+        self.batching = batching
+        self.epoch = 0
+        self.sampler = make_sampler(epoch_cuts(0), batching, world_size, rank)
+        self.world_size, self.rank = self.sampler.world_size, self.sampler.rank
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.sampler = make_sampler(
+                self.epoch_cuts(epoch), self.batching, self.world_size, self.rank
+            )
+            self.epoch = epoch
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Any:
+        return iter(self.sampler)
 
 
 def speed_perturb(cuts: CutSet, factors: Sequence[float]) -> CutSet:

@@ -23,6 +23,7 @@ How a run can end (:mod:`asrflow.train.failures`):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -80,6 +81,8 @@ class RunSpec:
     normalization: Mapping[str, Any]
     overrides: Mapping[str, Any] = field(default_factory=dict)
     train_weights: Sequence[float] | None = None
+    """``runs.<run>.weights``: each corpus's share of every epoch
+    (:func:`~asrflow.train.data.mix_epoch`); ``None``: every cut once per epoch."""
     max_train_cuts: int | None = None
     """Use only the first N train cuts (the smoke run)."""
     max_dev_cuts: int | None = None
@@ -119,19 +122,29 @@ def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
     }
 
 
-def _load_train_cuts(spec: RunSpec, recipe: Recipe):
-    """The run's train cuts as its sampler sees them: mixed, then speed-perturbed."""
-    from asrflow.train.data import mux_cuts, speed_perturb
-
+def _train_corpora(spec: RunSpec) -> list[Any]:
+    """The run's train CutSets, one per corpus (eager; ``max_train_cuts`` applied)."""
     sets = [load_cuts(p) for p in spec.train_cuts]
     if spec.max_train_cuts is not None:
         sets = [s.subset(first=min(spec.max_train_cuts, len(s))) for s in sets]
+    return [s.to_eager() for s in sets]
+
+
+def _epoch_train_cuts(spec: RunSpec, recipe: Recipe, sets: Sequence[Any], epoch: int) -> Any:
+    """Epoch ``epoch``'s train cuts as the run's sampler sees them: the corpora mixed by
+    ``weights``, then speed-perturbed."""
+    from asrflow.train.data import mix_epoch, speed_perturb
+
     if len(sets) == 1:
-        cuts = sets[0].to_eager()
+        cuts = sets[0]
     else:
-        weights = spec.train_weights or [1.0] * len(sets)
-        cuts = mux_cuts(sets, weights, seed=recipe.batching.seed).to_eager()
+        cuts = mix_epoch(sets, spec.train_weights, epoch, seed=recipe.batching.seed)
     return speed_perturb(cuts, recipe.augmentation.speed_perturb)
+
+
+def _load_train_cuts(spec: RunSpec, recipe: Recipe) -> Any:
+    """The first epoch's train cuts (what the batch audit samples)."""
+    return _epoch_train_cuts(spec, recipe, _train_corpora(spec), 0)
 
 
 def build_trainer_parts(
@@ -147,7 +160,7 @@ def build_trainer_parts(
     from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.data import DataLoader
 
-    from asrflow.train.data import AsrDataset, make_sampler
+    from asrflow.train.data import AsrDataset, EpochMixSampler, make_sampler
     from asrflow.train.diagnostics import Diagnostics
     from asrflow.train.init import apply_init
     from asrflow.train.model import build_model
@@ -164,16 +177,20 @@ def build_trainer_parts(
     model, args = build_model(recipe.model, spec.tokens, spec.bpe_model)
     init = apply_init(model, spec.init, tokens=spec.tokens) if spec.init else None
 
-    train = _load_train_cuts(spec, recipe)
+    sets = _train_corpora(spec)
+    train = _epoch_train_cuts(spec, recipe, sets, 0)
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
         dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
     sample_rate = model_sample_rate(args.frontend_conf)
     dataset = AsrDataset(encoder, sample_rate=sample_rate)
     workers = recipe.batching.num_workers
-    train_sampler = SkippingSampler(
-        make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
-    )
+    if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
+        epoch_cuts = functools.partial(_epoch_train_cuts, spec, recipe, sets)
+        sampler = EpochMixSampler(epoch_cuts, recipe.batching, world_size=world_size, rank=rank)
+    else:
+        sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
+    train_sampler = SkippingSampler(sampler)
     train_loader = DataLoader(
         dataset,
         batch_size=None,

@@ -1,0 +1,53 @@
+"""A run on two corpora mixed by weights trains on each epoch's weighted mix (runs.<run>.weights).
+
+Measured before :class:`~asrflow.train.data.EpochMixSampler`: the mix was read once into an
+eager CutSet that the bucketing sampler shuffled, so every epoch held every cut once and the
+weights changed nothing but an order the shuffle then discarded.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from asrflow.data.cuts import load_cuts, save_cuts
+from asrflow.train.data import mix_epoch
+from asrflow.train.module import AsrModule
+from asrflow.train.runner import train_run
+from tests.train.tiny_run import make_tiny_run
+
+WEIGHTS = [1.0, 3.0]
+
+
+def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatch):
+    spec = make_tiny_run(tmp_path / "data")
+    new = tmp_path / "data/new.jsonl.gz"  # a second corpus: the same audio under other IDs
+    save_cuts(load_cuts(spec.train_cuts[0]).modify_ids(lambda i: f"new-{i}"), new)
+    corpora = [spec.train_cuts[0], str(new)]
+    steps = 30  # 24 one-cut batches per epoch: the whole of epoch 0 and part of epoch 1
+    spec = dataclasses.replace(
+        spec,
+        train_cuts=corpora,
+        train_weights=WEIGHTS,
+        overrides={
+            "trainer": {"max_steps": steps, "val_check_interval": steps},
+            "batching": {"max_duration": 1.5},
+        },
+    )
+    trained: dict[int, list[str]] = collections.defaultdict(list)
+    step_fn = AsrModule.training_step
+
+    def recording_step(self, batch, batch_idx):
+        trained[self.current_epoch].extend(batch["ids"])
+        return step_fn(self, batch, batch_idx)
+
+    monkeypatch.setattr(AsrModule, "training_step", recording_step)
+    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    assert summary["status"] == "completed" and summary["steps"] == steps
+
+    sets = [load_cuts(p).to_eager() for p in corpora]
+    epoch0 = mix_epoch(sets, WEIGHTS, 0).ids
+    assert sorted(trained[0]) == sorted(epoch0)  # the epoch is the mix, each cut once
+    assert sum(i.startswith("new-") for i in trained[0]) == 18  # 3/4 of 24, not 12 of 24
+    assert len(trained[1]) == steps - 24
+    assert set(trained[1]) <= set(mix_epoch(sets, WEIGHTS, 1).ids)
