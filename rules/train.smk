@@ -21,6 +21,7 @@ rule audit_batches:
     params:
         overrides=run_overrides,
         normalization=config["text_normalization"],
+        weights=lookup(dpath="runs/{run}/weights", within=config),
     script:
         "../scripts/audit_batches.py"
 

@@ -9,5 +9,6 @@ with step(snakemake):
         dict(snakemake.input.items()),
         normalization=snakemake.params.normalization,
         overrides=snakemake.params.overrides,
+        weights=snakemake.params.weights,
     )
     audit_run(spec, snakemake.output.report, snakemake.output.figure, snakemake.output.text)

@@ -51,3 +51,18 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
     assert sum(i.startswith("new-") for i in trained[0]) == 18  # 3/4 of 24, not 12 of 24
     assert len(trained[1]) == steps - 24
     assert set(trained[1]) <= set(mix_epoch(sets, WEIGHTS, 1).ids)
+
+
+def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
+    from asrflow.train.recipe import load_recipe
+    from asrflow.train.runner import _load_train_cuts
+
+    spec = make_tiny_run(tmp_path / "data")
+    new = tmp_path / "data/new.jsonl.gz"
+    save_cuts(load_cuts(spec.train_cuts[0]).modify_ids(lambda i: f"new-{i}"), new)
+    spec = dataclasses.replace(spec, train_cuts=[spec.train_cuts[0], str(new)])
+    recipe = load_recipe(spec.recipe)
+    plain = _load_train_cuts(spec, recipe).ids
+    assert sum(i.startswith("new-") for i in plain) == 12  # no weights: every cut once
+    mixed = _load_train_cuts(dataclasses.replace(spec, train_weights=WEIGHTS), recipe).ids
+    assert sum(i.startswith("new-") for i in mixed) == 18
