@@ -228,21 +228,16 @@ def test_artifacts_made_on_the_cluster_verify(slurm_run):
     assert asrflow_main(["verify", str(workdir / "results")]) == 0
 
 
-def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
-    """issue 5 section 4: a train job cancelled by SLURM (SIGTERM) saves last.ckpt at the next
-    step; the profile's retry resumes from it, losing no more than one checkpoint interval."""
+def cancel_mid_run(
+    workdir: Path, command: list[str], prefix: str, min_step: int
+) -> tuple[int, str, int]:
+    """Run ``command`` (snakemake under SLURM), scancel its jobs once the train job's
+    ``last.ckpt`` holds step ``min_step`` or later, and wait for snakemake (and its retry) to
+    end. Returns its exit code, its output and the step ``last.ckpt`` held when cancelled."""
     import time
 
     import torch
 
-    workdir, _ = slurm_run
-    recipe = tiny_recipe()
-    recipe["trainer"].update(max_steps=160, val_check_interval=8)  # a bigger budget trains on
-    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
-    prefix = f"asrflowtest_{uuid.uuid4().hex[:8]}"
-    command = slurm_command(prefix)
-    command[command.index("--retries") + 1] = "1"
-    command[-1] = f"results/runs/{RUN}/train/summary.json"
     last = workdir / f"results/work/{RUN}/checkpoints/last.ckpt"
     proc = subprocess.Popen(
         command, cwd=workdir, env=environment(), stdout=subprocess.PIPE,
@@ -255,16 +250,40 @@ def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
             time.sleep(1)
             if last.is_file():
                 step = torch.load(last, map_location="cpu", weights_only=True)["global_step"]
-                if step >= 24:  # the resumed 8-step run has trained on: cancel it mid-run
+                if step >= min_step:
                     cancelled_at = step
                     cancel_leftovers(prefix)
-        assert cancelled_at is not None, "the train job never got past step 24"
+        assert cancelled_at is not None, f"the train job never got past step {min_step}"
         out, _ = proc.communicate(timeout=TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
         cancel_leftovers(prefix)
-    assert proc.returncode == 0, out[-6000:]
+    return proc.returncode, out, cancelled_at
+
+
+def trained_steps(workdir: Path) -> list[int]:
+    """The steps with a training loss in the run's metrics.csv, in file order."""
+    rows = (workdir / f"results/work/{RUN}/csv/metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    loss, step = header.index("train/loss"), header.index("step")
+    return [int(r.split(",")[step]) for r in rows[1:] if r.split(",")[loss]]
+
+
+def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
+    """issue 5 section 4: a train job cancelled by SLURM (SIGTERM) saves last.ckpt at the next
+    step; the profile's retry resumes from it, losing no more than one checkpoint interval."""
+    workdir, _ = slurm_run
+    recipe = tiny_recipe()
+    recipe["trainer"].update(max_steps=160, val_check_interval=8)  # a bigger budget trains on
+    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
+    prefix = f"asrflowtest_{uuid.uuid4().hex[:8]}"
+    command = slurm_command(prefix)
+    command[command.index("--retries") + 1] = "1"
+    command[-1] = f"results/runs/{RUN}/train/summary.json"
+    # the resumed 8-step run has trained on: cancel it mid-run
+    code, out, cancelled_at = cancel_mid_run(workdir, command, prefix, min_step=24)
+    assert code == 0, out[-6000:]
     summary = json.loads((workdir / f"results/runs/{RUN}/train/summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 160, summary
     assert summary["resumed_from"], summary
@@ -274,8 +293,4 @@ def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
     saved = [int(s) for s in re.findall(r"SIGTERM: saved \S+ at step (\d+)", logs)]
     assert saved and saved[-1] >= cancelled_at, logs[-3000:]
     # the retry continued from the step the cancelled job saved: every step once in the metrics
-    rows = (workdir / f"results/work/{RUN}/csv/metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    loss, step = header.index("train/loss"), header.index("step")
-    steps = [int(r.split(",")[step]) for r in rows[1:] if r.split(",")[loss]]
-    assert steps == list(range(160))
+    assert trained_steps(workdir) == list(range(160))

@@ -16,6 +16,7 @@ Skips without SLURM, like tests/test_slurm_e2e.py.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import uuid
@@ -28,11 +29,13 @@ from tests.test_slurm_e2e import (
     RUN,
     TIMEOUT_S,
     cancel_leftovers,
+    cancel_mid_run,
     slurm_command,
     slurm_unavailable,
     submitted_jobs,
     tiny_config,
     tiny_recipe,
+    trained_steps,
 )
 
 pytestmark = pytest.mark.slow
@@ -123,3 +126,33 @@ def test_rank_0_alone_writes_the_outputs_and_each_rank_logs(srun_job):
     assert "completed: wrote" not in ranks[1], ranks[1]
     assert not list((workdir / "results/work").glob(f"{RUN}.stale-*"))
     assert asrflow_main(["verify", str(workdir / "results")]) == 0
+
+
+def test_scancelled_srun_job_resumes_on_the_retry(srun_job):
+    """issue 5 section 4 with srun-started ranks: SLURM signals the batch step and the ranks'
+    step; the batch step waits while the ranks save last.ckpt, and the retry resumes there."""
+    workdir, _, _ = srun_job
+    recipe = tiny_recipe()
+    recipe["trainer"].update(max_steps=64, val_check_interval=8)
+    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
+    prefix = f"asrflowtest_{uuid.uuid4().hex[:8]}"
+    command = slurm_command(prefix)
+    command[command.index("--retries") + 1] = "1"
+    command[-1] = TRAIN
+    at = command.index("--verbose")
+    command[at:at] = ["--set-resources", *SET_RESOURCES]
+    code, out, cancelled_at = cancel_mid_run(workdir, command, prefix, min_step=16)
+    assert code == 0, out[-6000:]
+    summary = json.loads((workdir / TRAIN).read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 64, summary
+    assert summary["world_size"] == 2 and summary["resumed_from"], summary
+    # the cancelled job's SLURM log: the batch step outlived the ranks, which saved
+    cancelled = "\n".join(
+        p.read_text() for p in (workdir / ".snakemake/slurm_logs/rule_train").rglob("*.log")
+    )
+    assert "got SIGTERM (a time limit, scancel or preemption)" in cancelled, cancelled[-4000:]
+    # the retry (whose logs replaced the cancelled job's) resumed from the SIGTERM checkpoint
+    rank0 = (workdir / f"logs/train/{RUN}.rank0.log").read_text()
+    kept = [int(s) for s in re.findall(r"metrics row\(s\) of steps before (\d+)", rank0)]
+    assert kept and kept[-1] >= cancelled_at, rank0[-3000:]
+    assert trained_steps(workdir) == list(range(64))

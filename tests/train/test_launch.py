@@ -183,6 +183,28 @@ def test_srun_train_runs_srun_and_reports_a_failure(tmp_path):
     assert "logs/train/big.rank<R>.log" in message and str(work / "summary.json") in message
 
 
+def test_srun_train_outlives_a_sigterm_until_the_ranks_stop(tmp_path):
+    """SLURM signals the batch step too: it must wait for srun (whose ranks save last.ckpt)
+    instead of dying at once, then fail the job so that the retry resumes."""
+    import os
+    import signal
+
+    events = []
+
+    def fake_run(command, check):
+        os.kill(os.getpid(), signal.SIGTERM)  # the job is cancelled while srun runs
+        events.append("srun returned")  # still alive: the ranks had time to save
+        return subprocess.CompletedProcess(command, 143)
+
+    work = tmp_path / "work/big"
+    args = (SrunLaunch(1, 2), SPEC, work, tmp_path / "out", tmp_path / "s.json")
+    with pytest.raises(AsrflowError, match=r"got SIGTERM .* rerun the job to resume") as stopped:
+        srun_train(*args, python="py", run=fake_run)
+    assert events == ["srun returned"]
+    assert str(work / "checkpoints") in str(stopped.value)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
 def test_srun_train_without_srun_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(AsrflowError, match="there is no srun here"):

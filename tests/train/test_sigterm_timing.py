@@ -5,7 +5,8 @@ The signal is sent to this process from inside the training loop at moments Ligh
 differently: during a training batch just before a validation is due, at the end of a
 validation, at the end of an epoch. Measured before the fix (lightning 2.6, a scancel'd job in
 the SLURM test): a checkpoint saved where Lightning itself raised its ``SIGTERMException`` resumed
-one logging step off, and one saved at a validation step skipped that validation.
+one logging step off, and one saved at a validation step skipped that validation. A finished run
+continued with more steps is a resume too.
 """
 
 from __future__ import annotations
@@ -80,3 +81,28 @@ def test_sigterm_resumes_without_losing_or_repeating_a_step(
     # Lightning logs the validation after optimizer step k at step k - 1
     validated = [int(r["step"]) + 1 for r in rows if r["valid/loss"]]
     assert validated == list(range(EVERY, STEPS + 1, EVERY)), validated
+
+
+def test_a_finished_run_continued_with_more_steps_logs_each_step_once(data, tmp_path):
+    """Raising max_steps resumes a finished run from its final checkpoint; taken in the second
+    epoch (12 batches per epoch), lightning 2.6 restored its logging step one behind."""
+    work, out, summary = tmp_path / "work", tmp_path / "out", tmp_path / "summary.json"
+    first = {
+        "trainer": {"max_steps": 14, "val_check_interval": 2},
+        "batching": OVERRIDES["batching"],
+    }
+    train_run(dataclasses.replace(data, overrides=first), work, out, summary)
+    result = train_run(
+        dataclasses.replace(
+            data, overrides=OVERRIDES | {"trainer": {"max_steps": 20, "val_check_interval": 4}}
+        ),
+        work,
+        out,
+        summary,
+    )
+    assert result["steps"] == 20
+    with open(work / "csv/metrics.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows if r["train/loss"]] == list(range(20))
+    validated = [int(r["step"]) + 1 for r in rows if r["valid/loss"]]
+    assert validated == [2, 4, 6, 8, 10, 12, 14, 16, 20], validated

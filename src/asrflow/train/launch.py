@@ -21,13 +21,16 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,7 +239,15 @@ def srun_train(
         shlex.join(command),
         rank_logs(log_path),
     )
-    code = run(command, check=False).returncode
+    with _waiting_through_sigterm(spec.name) as received:
+        code = run(command, check=False).returncode
+    if received:
+        raise AsrflowError(
+            f"run {spec.name} got SIGTERM (a time limit, scancel or preemption) and its ranks "
+            f"stopped (srun exit code {code}); rank 0 saved {Path(work_dir) / 'checkpoints'}"
+            f"/last.ckpt at its last step (see {Path(work_dir) / 'summary.json'}): rerun the job "
+            "to resume from it"
+        )
     if code != 0:
         raise AsrflowError(
             f"run {spec.name}: srun of {launch.nodes * launch.tasks_per_node} rank(s) failed "
@@ -245,6 +256,31 @@ def srun_train(
             f"{Path(work_dir) / 'summary.json'} for a failure rank 0 recorded"
         )
     log.info("run %s: all ranks finished", spec.name)
+
+
+@contextlib.contextmanager
+def _waiting_through_sigterm(name: str) -> Iterator[list[int]]:
+    """While the job's srun runs: a SIGTERM to this (batch) process is noted, not obeyed.
+
+    SLURM signals every step of a cancelled or timed-out job, and srun passes the signal on to
+    the ranks, which save ``last.ckpt`` at the end of their batch. The batch step must outlive
+    them: once it exits the job is over and SLURM kills the ranks' step, saved or not. Yields
+    the list of signals received."""
+    received: list[int] = []
+
+    def note(signum: int, _frame: Any) -> None:
+        if not received:
+            log.warning("run %s: SIGTERM; waiting for the ranks to save and stop", name)
+        received.append(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = signal.signal(signal.SIGTERM, note)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def worker(job_path: Pathlike, env: Mapping[str, str] | None = None) -> dict[str, Any]:

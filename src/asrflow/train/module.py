@@ -82,6 +82,7 @@ class AsrModule(L.LightningModule):
         self.nonfinite = NonFiniteGuard(recipe.diagnostics.max_consecutive_nonfinite)
         self._batches_in_epoch = 0
         self._resumed_batches = 0
+        self._resync_log_step = False
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
@@ -110,6 +111,20 @@ class AsrModule(L.LightningModule):
         # counted at the start: a checkpoint taken at this batch's end by a callback (whose
         # on_train_batch_end runs before the module's) must count it as consumed
         self._batches_in_epoch += 1
+        if self._resync_log_step:
+            self._resync_log_step = False
+            # the step loggers write is Lightning's count of batches that stepped, which equals
+            # global_step at a batch's start; lightning 2.6 restores it one off for checkpoints
+            # taken in an epoch after the first, or where it raised its own SIGTERMException
+            # (measured: a continued run logged one step twice)
+            loop = self.trainer.fit_loop.epoch_loop
+            if loop._batches_that_stepped != self.trainer.global_step:
+                log.info(
+                    "resume: logging step %d, not Lightning's %d",
+                    self.trainer.global_step,
+                    loop._batches_that_stepped,
+                )
+                loop._batches_that_stepped = self.trainer.global_step
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["asrflow_data"] = {
@@ -132,6 +147,7 @@ class AsrModule(L.LightningModule):
             )
             batches = batches * saved_world // world
         self._resumed_batches = batches
+        self._resync_log_step = True
         if self.train_sampler is not None:
             self.train_sampler.skip = self._resumed_batches
         if self._trainer is not None:
