@@ -21,6 +21,7 @@ include: "rules/evaluate.smk"
 # Jobs that only read small JSON/CSV files run on the submitting host, not as cluster jobs.
 localrules:
     all,
+    word_lm,
     select_model,
     plot_learning_curves,
     plot_slices,

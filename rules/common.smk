@@ -160,12 +160,23 @@ def export_inputs(wildcards):
 
 
 def eval_inputs(wildcards):
-    """An exported artifact and the filtered cuts of the eval set it is judged on."""
+    """An exported artifact and the filtered cuts of the eval set it is judged on (and the
+    run's word LM when evaluation.decoding.mode is lexicon_lm)."""
     corpus, split = layout.eval_set_split(config, wildcards.eval_set)
-    return {
+    inputs = {
         "package": layout.export_dir(wildcards.run, wildcards.artifact),
         "cuts": filtered_split(corpus, split),
     }
+    if config["evaluation"]["decoding"].get("mode") == "lexicon_lm":
+        inputs["word_lm"] = layout.word_lm_file(wildcards.run)
+    return inputs
+
+
+def run_train_splits(wildcards):
+    """The filtered train splits of a run's corpora (nothing else: the word LM's only input)."""
+    return [
+        filtered_split(corpus, "train") for corpus in layout.run_corpora(config, wildcards.run)
+    ]
 
 
 def eval_threads(wildcards):

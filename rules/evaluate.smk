@@ -35,6 +35,22 @@ rule evaluate:
         "../scripts/evaluate.py"
 
 
+rule word_lm:
+    input:
+        train=run_train_splits,
+    output:
+        counts=layout.word_lm_file("{run}"),
+        record=layout.prov(layout.word_lm_file("{run}")),
+    log:
+        layout.log("word_lm", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        normalization=config["text_normalization"],
+    script:
+        "../scripts/word_lm.py"
+
+
 rule select_model:
     input:
         evaluations=dev_evaluations,

@@ -20,5 +20,6 @@ with step(snakemake):
         utterances_csv=snakemake.output.utterances,
         alignments_txt=snakemake.output.alignments,
         threads=snakemake.threads,
+        word_lm=snakemake.input.get("word_lm"),
     )
     archive_eval_summary(summary, snakemake.params.archive)

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from asrflow.data.cuts import load_cuts
+from asrflow.hashing import sha256_file
 from tests.e2e import environment, snakemake, snakemake_command, write_config
 
 pytestmark = pytest.mark.slow
@@ -84,6 +86,8 @@ CONFIG = {
             "resources": {"cpus_per_device": 2},
         }
     },
+    # the demo config's decoding: the rule word_lm and the lexicon + bigram search in the DAG
+    "evaluation": {"decoding": {"mode": "lexicon_lm", "beam_size": 10}},
 }
 
 
@@ -180,9 +184,15 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     run = trained / "results/runs/tiny_ctc"
     artifacts = ["last", "valid.loss.ave_2best", "valid.loss.best", "valid.wer.best"]
     contracts = set()
+    word_lm = run / "lm/word_counts.json"  # counted from the train split alone
+    train = load_cuts(trained / "results/data/tiny/filtered/train.jsonl.gz")
+    assert json.loads(word_lm.read_text())["sentences"] == len(train)
+    assert (run / "lm/word_counts.json.prov.json").is_file()
     for artifact in artifacts:
         for eval_set in ("tiny.dev", "tiny.test"):
             summary = json.loads((run / "eval" / artifact / eval_set / "summary.json").read_text())
+            assert summary["decoding"]["mode"] == "lexicon_lm"
+            assert summary["word_lm_sha256"] == sha256_file(word_lm)
             assert summary["dtype"] == "bfloat16" and summary["autocast"] is False
             assert summary["dtypes"]["frontend"] == "float32"
             assert summary["num_utterances"] > 0 and summary["rtf"] > 0

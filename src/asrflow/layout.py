@@ -102,6 +102,12 @@ def run_file(run: str, *parts: str) -> str:
     return "/".join([run_dir(run), *parts])
 
 
+def word_lm_file(run: str) -> str:
+    """Word counts of a run's train transcripts (``lexicon_lm`` decoding):
+    ``results/runs/<run>/lm/word_counts.json``."""
+    return run_file(run, "lm", "word_counts.json")
+
+
 def average_file(run: str, average: str) -> str:
     """Averaged weights of a run: ``results/runs/<run>/average/<monitor>.ave_<k>best.pth``."""
     return run_file(run, "average", f"{average}.pth")

@@ -22,9 +22,11 @@ which is not what a bf16 deployment runs. :attr:`PackageModel.dtypes` records th
 for every evaluation summary.
 
 Decoding modes: ``greedy_ctc`` (the default; frame-wise argmax, repeats collapsed, blanks
-dropped: the very function training's validation uses, :func:`asrflow.train.module.greedy_ctc`)
-and ``beam`` (ESPnet's own ``Speech2Text`` beam search, attention + CTC, with the same dtype
-casts applied to its model).
+dropped: the very function training's validation uses, :func:`asrflow.train.module.greedy_ctc`),
+``beam`` (ESPnet's own ``Speech2Text`` beam search, attention + CTC, with the same dtype
+casts applied to its model) and ``lexicon_lm`` (CTC beam search over the words of the train
+transcripts with their word bigram LM, :mod:`asrflow.evaluate.word_lm`; the CTC posteriors
+come from the cast model, the search runs in float32 on the CPU).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ CAST_PARTS = ("preencoder", "encoder", "postencoder", "ctc", "decoder")
 """Submodules of an ``ESPnetASRModel`` whose weights take the evaluation dtype."""
 FLOAT32_PARTS = ("frontend", "normalize")
 """Submodules kept in float32 (see the module docstring)."""
-MODES = ("greedy_ctc", "beam")
+MODES = ("greedy_ctc", "beam", "lexicon_lm")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,10 @@ class Decoding:
     beam_size: int = 10
     ctc_weight: float | None = None
     """Beam mode only; None = 1.0 for CTC-only models, ESPnet's 0.5 otherwise."""
+    lm_weight: float = 0.5
+    """lexicon_lm only (:mod:`asrflow.evaluate.word_lm`), as the next two."""
+    word_score: float = 2.0
+    beam_size_token: int = 20
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -136,7 +142,12 @@ def cast_for_inference(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, 
 class PackageModel:
     """An exported package, loaded strictly, cast for inference, ready to transcribe."""
 
-    def __init__(self, package_dir: Pathlike, decoding: Decoding = Decoding()) -> None:
+    def __init__(
+        self,
+        package_dir: Pathlike,
+        decoding: Decoding = Decoding(),
+        word_lm: Pathlike | None = None,
+    ) -> None:
         self.package = Path(package_dir)
         self.decoding = decoding
         self.manifest = verify_package(self.package)
@@ -162,6 +173,22 @@ class PackageModel:
         self.model.to(self.device).eval()
         self.dtypes = cast_for_inference(self.model, dtype)
         log.info("loaded %s on %s; dtypes %s", self.package, self.device, self.dtypes)
+        self._word_lm = None
+        if decoding.mode == "lexicon_lm":
+            if word_lm is None:
+                raise AsrflowError(
+                    "evaluation.decoding.mode lexicon_lm needs the run's word LM (rule word_lm)"
+                )
+            from asrflow.evaluate.word_lm import WordLMDecoder
+
+            self._word_lm = WordLMDecoder(
+                word_lm,
+                self.tokens,
+                beam_size=decoding.beam_size,
+                lm_weight=decoding.lm_weight,
+                word_score=decoding.word_score,
+                beam_size_token=decoding.beam_size_token,
+            )
 
     @property
     def sample_rate(self) -> int:
@@ -181,6 +208,11 @@ class PackageModel:
             speech[i, : len(a)] = torch.from_numpy(np.asarray(a, dtype=np.float32))
         lengths = torch.tensor([len(a) for a in audio], dtype=torch.int64)
         enc, enc_lens = self.model.encode(speech.to(self.device), lengths.to(self.device))
+        if self._word_lm is not None:
+            log_probs = self.model.ctc.log_softmax(enc).float().cpu()
+            return [
+                self._word_lm(lp[:n]) for lp, n in zip(log_probs, enc_lens.tolist(), strict=True)
+            ]
         best = self.model.ctc.argmax(enc)
         return [
             self.tokens.decode(ids)

@@ -70,12 +70,14 @@ def evaluate_artifact(
     utterances_csv: Pathlike,
     alignments_txt: Pathlike,
     threads: int | None = None,
+    word_lm: Pathlike | None = None,
 ) -> dict[str, Any]:
-    """Decode ``cuts_path`` with the package and score it under ``contract``."""
+    """Decode ``cuts_path`` with the package and score it under ``contract``; ``word_lm``: the
+    run's word counts (rule word_lm) for decoding mode ``lexicon_lm``."""
     if threads:
         torch.set_num_threads(threads)
     started = time.time()
-    model = PackageModel(package, decoding)
+    model = PackageModel(package, decoding, word_lm if decoding.mode == "lexicon_lm" else None)
     cuts = list(load_cuts(cuts_path))
     if not cuts:
         raise AsrflowError(f"{cuts_path}: the eval set {eval_set} has no utterances")
@@ -118,6 +120,7 @@ def evaluate_artifact(
         "dtypes": model.dtypes,
         "autocast": False,
         "decoding": decoding.to_dict(),
+        "word_lm_sha256": sha256_file(word_lm) if decoding.mode == "lexicon_lm" else None,
         "audio_seconds": audio_seconds,
         "decode_seconds": decode_seconds,
         "rtf": decode_seconds / audio_seconds if audio_seconds else None,
@@ -161,6 +164,9 @@ def decoding_from_config(evaluation: Mapping[str, Any]) -> Decoding:
         mode=dec.get("mode", "greedy_ctc"),
         beam_size=int(dec.get("beam_size", 10)),
         ctc_weight=dec.get("ctc_weight"),
+        lm_weight=float(dec.get("lm_weight", 0.5)),
+        word_score=float(dec.get("word_score", 2.0)),
+        beam_size_token=int(dec.get("beam_size_token", 20)),
         dtype=evaluation.get("dtype", "bfloat16"),
         device=evaluation.get("device", "auto"),
         batch_seconds=float(evaluation.get("batch_seconds", 60.0)),

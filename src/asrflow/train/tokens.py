@@ -85,6 +85,10 @@ class TokenEncoder:
         """The SentencePiece pieces of the normalized ``text``."""
         return self._sp.encode(normalize(text, self.normalization), out_type=str)
 
+    def spell(self, word: str) -> list[str]:
+        """The SentencePiece pieces of ``word`` as it is (already normalized)."""
+        return self._sp.encode(word, out_type=str)
+
     def encode(self, text: str) -> list[int]:
         """Token IDs of ``text`` (normalized first); pieces not in the list map to ``<unk>``."""
         unk = self.unk_id

@@ -1,0 +1,115 @@
+"""Lexicon + word-bigram CTC decoding (evaluation.decoding.mode lexicon_lm)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.errors import AsrflowError
+from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
+from asrflow.evaluate.word_lm import (
+    END,
+    UNK_WORD,
+    BigramLM,
+    WordLMDecoder,
+    build_word_counts,
+    count_words,
+)
+from asrflow.export.package import export_package
+from asrflow.train.tokens import TokenEncoder
+from tests.tiny_model import TEXTS, Trained, train_tiny
+
+
+def test_counts_are_per_sentence_with_boundaries():
+    counts = count_words(["the cat", "", "the dog the"])
+    assert counts["sentences"] == 2
+    assert counts["unigram"] == {"the": 3, "cat": 1, "dog": 1}
+    assert counts["bigram"]["<s> the"] == 2 and counts["bigram"]["the </s>"] == 1
+    assert counts["bigram"]["the cat"] == 1 and counts["bigram"]["cat </s>"] == 1
+
+
+def test_bigram_probabilities_sum_to_one_for_every_history():
+    counts = count_words(["the cat sat", "the dog sat down", "a cat"])
+    words = [*sorted(counts["unigram"]), UNK_WORD]
+    lm = BigramLM(counts, words)
+    for history in ["<s>", "the", "cat", "sat", "down", "a"]:
+        total = sum(math.exp(lm.logp(history, w)) for w in [*words[:-1], END])
+        assert total == pytest.approx(1.0), history
+    # seen pairs beat unseen ones; an unseen history falls back to the unigram
+    assert lm.logp("the", "cat") > lm.logp("the", "down")
+    assert lm.logp("zebra", "cat") == pytest.approx(math.log(lm._p1["cat"]))
+
+
+def test_train_transcripts_are_counted_with_the_training_normalization(tmp_path):
+    cuts = [
+        make_cut(utt_id=f"u{i}", audio=f"/x/{i}.wav", sampling_rate=16000, num_samples=16000,
+                 duration=1.0, text=t)
+        for i, t in enumerate(["Red, BLUE!", "red"])
+    ]  # fmt: skip
+    save_cuts(cuts, tmp_path / "train.jsonl.gz")
+    out = tmp_path / "lm/word_counts.json"
+    build_word_counts([tmp_path / "train.jsonl.gz"], {"lowercase": True}, out)
+    counts = json.loads(out.read_text())
+    assert counts["unigram"] == {"red": 2, "blue": 1} and counts["sentences"] == 2
+    save_cuts([], tmp_path / "empty.jsonl.gz")
+    with pytest.raises(AsrflowError, match="have no words"):
+        build_word_counts([tmp_path / "empty.jsonl.gz"], {}, tmp_path / "x.json")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    return train_tiny(tmp_path_factory.mktemp("trained"))
+
+
+def _write_counts(path: Path, sentences) -> Path:
+    path.write_text(json.dumps(count_words(sentences)), encoding="utf-8")
+    return path
+
+
+def _emissions(encoder: TokenEncoder, frames: list[dict[str, float]]) -> torch.Tensor:
+    """Log-probabilities with the given probability mass on tokens per frame (rest on blank)."""
+    out = torch.full((len(frames), encoder.vocab_size), 1e-6)
+    for t, frame in enumerate(frames):
+        for piece, p in frame.items():
+            out[t, encoder.tokens.index(piece)] = p
+        out[t, encoder.blank_id] = max(1e-6, 1.0 - sum(frame.values()))
+    return (out / out.sum(-1, keepdim=True)).log()
+
+
+def test_the_lexicon_turns_a_near_miss_into_the_word(trained, tmp_path):
+    encoder = TokenEncoder(trained.bpe_model, trained.tokens)
+    counts = _write_counts(tmp_path / "counts.json", TEXTS)
+    decoder = WordLMDecoder(counts, encoder, beam_size=10, word_score=0.0, lm_weight=0.0)
+    assert encoder.spell("red") == ["▁", "r", "e", "d"]  # the char tokenizer
+    # greedy would read "rbd": one frame prefers a letter that makes no word
+    frames = [{"▁": 0.9}, {"r": 0.9}, {"b": 0.5, "e": 0.4}, {"d": 0.9}]
+    log_probs = _emissions(encoder, frames)
+    greedy = encoder.decode(log_probs.argmax(-1).tolist())
+    assert greedy == "rbd"
+    assert decoder(log_probs) == "red"
+
+
+def test_lexicon_lm_mode_decodes_the_package_with_the_run_word_lm(trained, tmp_path):
+    package = tmp_path / "pkg"
+    export_package(
+        state_dict_or_checkpoint=trained.lightning_ckpt, espnet_args=trained.args,
+        bpe_model=trained.bpe_model, tokens_txt=trained.tokens, out_dir=package, artifact="last",
+    )  # fmt: skip
+    counts = _write_counts(tmp_path / "counts.json", TEXTS)
+    decoding = Decoding(device="cpu", mode="lexicon_lm", beam_size=10)
+    model = PackageModel(package, decoding, counts)
+    hyps, _ = timed_transcribe(model, trained.audio, model.sample_rate, 60)
+    assert hyps == list(TEXTS)
+    # a word the train transcripts lack cannot be output
+    only_red = _write_counts(tmp_path / "red.json", ["red"])
+    hyps, _ = timed_transcribe(
+        PackageModel(package, decoding, only_red), trained.audio, model.sample_rate, 60
+    )
+    assert all(set(h.split()) <= {"red"} for h in hyps) and hyps[0] == "red"
+    with pytest.raises(AsrflowError, match="needs the run's word LM"):
+        PackageModel(package, decoding)
