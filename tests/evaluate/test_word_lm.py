@@ -113,3 +113,14 @@ def test_lexicon_lm_mode_decodes_the_package_with_the_run_word_lm(trained, tmp_p
     assert all(set(h.split()) <= {"red"} for h in hyps) and hyps[0] == "red"
     with pytest.raises(AsrflowError, match="needs the run's word LM"):
         PackageModel(package, decoding)
+
+
+def test_the_decoding_fingerprint_follows_what_decides_the_transcripts():
+    base = Decoding(mode="lexicon_lm")
+    assert base.sha256("lm1") == Decoding(mode="lexicon_lm", device="cpu", batch_seconds=0).sha256(
+        "lm1"
+    )
+    assert base.sha256("lm1") != base.sha256("lm2")  # another word LM
+    assert base.sha256("lm1") != Decoding(mode="lexicon_lm", lm_weight=0.3).sha256("lm1")
+    assert Decoding().sha256() == Decoding(lm_weight=0.3).sha256()  # not a greedy setting
+    assert Decoding().sha256() != Decoding(dtype="float32").sha256()

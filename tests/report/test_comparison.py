@@ -253,6 +253,12 @@ def test_archive_round_trip(tmp_path, inputs):
     assert load_archive(tmp_path / "nothing") == []
     with pytest.raises(AsrflowError, match="artifact_sha256"):
         archive_eval_summary({"run": "x", "artifact": "y"}, tmp_path / "archive")
+    # the same model decoded another way (greedy, then with the word LM) keeps both results
+    greedy = {**summary, "decoding_sha256": "a" * 64, "wer": 0.2}
+    lexicon = {**summary, "decoding_sha256": "b" * 64, "wer": 0.1}
+    paths = {archive_eval_summary(s, tmp_path / "two") for s in (greedy, lexicon)}
+    assert sorted(p.name[-13:] for p in paths) == ["aaaaaaaa.json", "bbbbbbbb.json"]
+    assert len(load_archive(tmp_path / "two")) == 2
 
 
 def test_slice_table(inputs):

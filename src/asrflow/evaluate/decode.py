@@ -31,6 +31,7 @@ come from the cast model, the search runs in float32 on the CPU).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -52,6 +53,7 @@ from asrflow.export.package import (
     load_speech2text,
     verify_package,
 )
+from asrflow.io import dumps_json
 from asrflow.train.module import greedy_ctc
 from asrflow.train.tokens import TokenEncoder
 from asrflow.types import Pathlike
@@ -94,6 +96,20 @@ class Decoding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def sha256(self, word_lm_sha256: str | None = None) -> str:
+        """Fingerprint of what decides the transcripts: mode, its own settings, dtype and (mode
+        lexicon_lm) the word LM; not the device or the batch size. Results with different
+        fingerprints are archived side by side (:func:`asrflow.report.comparison.archive_name`)."""
+        own = {
+            "greedy_ctc": (),
+            "beam": ("beam_size", "ctc_weight"),
+            "lexicon_lm": ("beam_size", "lm_weight", "word_score", "beam_size_token"),
+        }[self.mode]
+        payload = {"mode": self.mode, "dtype": self.dtype, **{k: getattr(self, k) for k in own}}
+        if self.mode == "lexicon_lm":
+            payload["word_lm"] = word_lm_sha256
+        return hashlib.sha256(dumps_json(payload).encode("utf-8")).hexdigest()
 
 
 def resolve_device(device: str) -> torch.device:

@@ -77,6 +77,7 @@ def evaluate_artifact(
     if threads:
         torch.set_num_threads(threads)
     started = time.time()
+    word_lm_sha256 = sha256_file(word_lm) if decoding.mode == "lexicon_lm" and word_lm else None
     model = PackageModel(package, decoding, word_lm if decoding.mode == "lexicon_lm" else None)
     cuts = list(load_cuts(cuts_path))
     if not cuts:
@@ -120,7 +121,8 @@ def evaluate_artifact(
         "dtypes": model.dtypes,
         "autocast": False,
         "decoding": decoding.to_dict(),
-        "word_lm_sha256": sha256_file(word_lm) if decoding.mode == "lexicon_lm" else None,
+        "word_lm_sha256": word_lm_sha256,
+        "decoding_sha256": decoding.sha256(word_lm_sha256),
         "audio_seconds": audio_seconds,
         "decode_seconds": decode_seconds,
         "rtf": decode_seconds / audio_seconds if audio_seconds else None,

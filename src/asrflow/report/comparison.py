@@ -99,6 +99,8 @@ COLUMNS = (
 """Columns of :func:`comparison_table`, in order."""
 
 ARCHIVE_KEY = ("artifact_sha256", "eval_set", "eval_cuts_sha256", "contract_sha256")
+DECODING_KEY = "decoding_sha256"
+"""Part of an archived result's identity since the decoding modes grew (absent in older ones)."""
 """What makes two eval summaries the same result: same model bytes, eval cuts and contract."""
 
 _BUDGET_KEYS = ("max_steps", "optimizer_steps", "max_epochs", "max_audio_seconds")
@@ -203,7 +205,7 @@ def _is_selected(summary: Mapping[str, Any], selection: Mapping[str, Any] | None
 
 
 def _key(summary: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(summary.get(k) for k in ARCHIVE_KEY)
+    return tuple(summary.get(k) for k in (*ARCHIVE_KEY, DECODING_KEY))
 
 
 def comparison_table(
@@ -490,7 +492,9 @@ def write_report_tables(
 
 
 def archive_name(summary: Mapping[str, Any]) -> str:
-    """``<artifact_sha256[:16]>.<eval_set>.<eval_cuts_sha256[:12]>.<contract_sha256[:12]>.json``."""
+    """``<artifact_sha256[:16]>.<eval_set>.<eval_cuts_sha256[:12]>.<contract_sha256[:12]>``,
+    then ``.<decoding_sha256[:8]>`` when the summary has one, and ``.json``: the same model
+    decoded another way keeps its own file."""
     missing = [k for k in ARCHIVE_KEY if not summary.get(k)]
     if missing:
         raise AsrflowError(
@@ -500,9 +504,10 @@ def archive_name(summary: Mapping[str, Any]) -> str:
     eval_set = str(summary["eval_set"])
     if "/" in eval_set or "\\" in eval_set or eval_set.startswith("."):
         raise AsrflowError(f"eval set name {eval_set!r} cannot be part of a file name")
+    decoding = f".{summary[DECODING_KEY][:8]}" if summary.get(DECODING_KEY) else ""
     return (
         f"{summary['artifact_sha256'][:16]}.{eval_set}."
-        f"{summary['eval_cuts_sha256'][:12]}.{summary['contract_sha256'][:12]}.json"
+        f"{summary['eval_cuts_sha256'][:12]}.{summary['contract_sha256'][:12]}{decoding}.json"
     )
 
 
