@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -177,7 +178,12 @@ class PreemptionCheckpoint(L.Callback):
         if trainer.world_size > 1:
             flag = trainer.strategy.reduce(flag, reduce_op="sum")
         if float(flag.item()) > 0:
-            trainer.save_checkpoint(self.path)
+            # under a temporary name, renamed: SIGKILL mid-write must not leave a torn last.ckpt
+            tmp = self.path.with_name(f".{self.path.name}.sigterm.tmp")
+            trainer.save_checkpoint(tmp)  # every rank takes part; rank 0 writes
+            if trainer.is_global_zero:
+                os.replace(tmp, self.path)
+            trainer.strategy.barrier("asrflow-sigterm-checkpoint")
             self.saved_step = trainer.global_step
             log.warning(
                 "SIGTERM: saved %s at step %d; the rerun resumes from it",
