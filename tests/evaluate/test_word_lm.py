@@ -124,3 +124,31 @@ def test_the_decoding_fingerprint_follows_what_decides_the_transcripts():
     assert base.sha256("lm1") != Decoding(mode="lexicon_lm", lm_weight=0.3).sha256("lm1")
     assert Decoding().sha256() == Decoding(lm_weight=0.3).sha256()  # not a greedy setting
     assert Decoding().sha256() != Decoding(dtype="float32").sha256()
+
+
+def test_evaluate_artifact_with_the_word_lm_reports_its_oov_rate(trained, tmp_path, caplog):
+    from asrflow.evaluate.stages import evaluate_artifact
+    from asrflow.text import TextNormalization
+    from tests.evaluate.test_decode import _eval_set
+
+    package = tmp_path / "pkg"
+    export_package(
+        state_dict_or_checkpoint=trained.lightning_ckpt, espnet_args=trained.args,
+        bpe_model=trained.bpe_model, tokens_txt=trained.tokens, out_dir=package, artifact="last",
+    )  # fmt: skip
+    counts = count_words(TEXTS)
+    counts["normalization"] = TextNormalization().to_dict()
+    word_lm = tmp_path / "counts.json"
+    word_lm.write_text(json.dumps(counts), encoding="utf-8")
+    out = tmp_path / "eval"
+    summary = evaluate_artifact(
+        package, _eval_set(trained, tmp_path), run="tiny", artifact="last", eval_set="toy.dev",
+        contract=TextNormalization(), slice_fields=[], threads=1, word_lm=word_lm,
+        decoding=Decoding(device="cpu", mode="lexicon_lm", beam_size=10),
+        summary_path=out / "summary.json", utterances_csv=out / "u.csv",
+        alignments_txt=out / "a.txt",
+    )  # fmt: skip
+    # references "Red.", "BLUE", "red, blue!", "blue red green": only "green" is unseen
+    assert (summary["oov_words"], summary["oov_rate"]) == (1, pytest.approx(1 / 7))
+    assert summary["deletions"] == 1 and summary["wer"] == pytest.approx(1 / 7)
+    assert "not in the run's train transcripts" in caplog.text

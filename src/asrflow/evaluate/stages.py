@@ -38,7 +38,7 @@ from asrflow.evaluate.scoring import (
 )
 from asrflow.hashing import sha256_file
 from asrflow.io import write_json
-from asrflow.text import TextNormalization
+from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ def evaluate_artifact(
         "autocast": False,
         "decoding": decoding.to_dict(),
         "word_lm_sha256": word_lm_sha256,
+        **(out_of_vocabulary(cuts, word_lm) if word_lm_sha256 else {}),
         "decoding_sha256": decoding.sha256(word_lm_sha256),
         "audio_seconds": audio_seconds,
         "decode_seconds": decode_seconds,
@@ -145,7 +146,31 @@ def evaluate_artifact(
         decoding.dtype,
         summary["rtf"] or 0.0,
     )
+    if (summary.get("oov_rate") or 0.0) > OOV_WARNING:
+        log.warning(
+            "%s: %.1f %% of the reference words are not in the run's train transcripts; "
+            "lexicon_lm decoding cannot output them (decoding.mode greedy_ctc can)",
+            eval_set,
+            100 * summary["oov_rate"],
+        )
     return summary
+
+
+OOV_WARNING = 0.02
+"""Out-of-vocabulary rate above which lexicon_lm's summary comes with a warning."""
+
+
+def out_of_vocabulary(cuts: Sequence[Any], word_lm: Pathlike) -> dict[str, Any]:
+    """``oov_words`` and ``oov_rate``: reference words (normalized as the word LM's train text)
+    that the word LM never saw, which ``lexicon_lm`` decoding cannot output."""
+    from asrflow.io import read_json
+
+    counts = read_json(word_lm)
+    vocabulary = counts["unigram"]
+    norm = TextNormalization.from_dict(counts.get("normalization") or {})
+    words = [w for c in cuts for w in normalize(text(c), norm).split()]
+    oov = sum(1 for w in words if w not in vocabulary)
+    return {"oov_words": oov, "oov_rate": oov / len(words) if words else None}
 
 
 def _field_value(cut: Any, name: str) -> str:
