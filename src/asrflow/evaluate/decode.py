@@ -189,7 +189,7 @@ class PackageModel:
         self.model.to(self.device).eval()
         self.dtypes = cast_for_inference(self.model, dtype)
         log.info("loaded %s on %s; dtypes %s", self.package, self.device, self.dtypes)
-        self._word_lm = None
+        self.word_lm = None
         if decoding.mode == "lexicon_lm":
             if word_lm is None:
                 raise AsrflowError(
@@ -197,7 +197,7 @@ class PackageModel:
                 )
             from asrflow.evaluate.word_lm import WordLMDecoder
 
-            self._word_lm = WordLMDecoder(
+            self.word_lm = WordLMDecoder(
                 word_lm,
                 self.tokens,
                 beam_size=decoding.beam_size,
@@ -224,10 +224,10 @@ class PackageModel:
             speech[i, : len(a)] = torch.from_numpy(np.asarray(a, dtype=np.float32))
         lengths = torch.tensor([len(a) for a in audio], dtype=torch.int64)
         enc, enc_lens = self.model.encode(speech.to(self.device), lengths.to(self.device))
-        if self._word_lm is not None:
+        if self.word_lm is not None:
             log_probs = self.model.ctc.log_softmax(enc).float().cpu()
             return [
-                self._word_lm(lp[:n]) for lp, n in zip(log_probs, enc_lens.tolist(), strict=True)
+                self.word_lm(lp[:n]) for lp, n in zip(log_probs, enc_lens.tolist(), strict=True)
             ]
         best = self.model.ctc.argmax(enc)
         return [

@@ -77,8 +77,10 @@ def evaluate_artifact(
     if threads:
         torch.set_num_threads(threads)
     started = time.time()
-    word_lm_sha256 = sha256_file(word_lm) if decoding.mode == "lexicon_lm" and word_lm else None
-    model = PackageModel(package, decoding, word_lm if decoding.mode == "lexicon_lm" else None)
+    if decoding.mode != "lexicon_lm":
+        word_lm = None  # an input the rule may pass whatever the mode; used by lexicon_lm only
+    word_lm_sha256 = sha256_file(word_lm) if word_lm else None
+    model = PackageModel(package, decoding, word_lm)
     cuts = list(load_cuts(cuts_path))
     if not cuts:
         raise AsrflowError(f"{cuts_path}: the eval set {eval_set} has no utterances")
@@ -122,7 +124,7 @@ def evaluate_artifact(
         "autocast": False,
         "decoding": decoding.to_dict(),
         "word_lm_sha256": word_lm_sha256,
-        **(out_of_vocabulary(cuts, word_lm) if word_lm_sha256 else {}),
+        **(out_of_vocabulary(cuts, model.word_lm.counts) if model.word_lm else {}),
         "decoding_sha256": decoding.sha256(word_lm_sha256),
         "audio_seconds": audio_seconds,
         "decode_seconds": decode_seconds,
@@ -160,12 +162,10 @@ OOV_WARNING = 0.02
 """Out-of-vocabulary rate above which lexicon_lm's summary comes with a warning."""
 
 
-def out_of_vocabulary(cuts: Sequence[Any], word_lm: Pathlike) -> dict[str, Any]:
+def out_of_vocabulary(cuts: Sequence[Any], counts: Mapping[str, Any]) -> dict[str, Any]:
     """``oov_words`` and ``oov_rate``: reference words (normalized as the word LM's train text)
-    that the word LM never saw, which ``lexicon_lm`` decoding cannot output."""
-    from asrflow.io import read_json
-
-    counts = read_json(word_lm)
+    that the word LM (its ``counts``, rule word_lm) never saw, which ``lexicon_lm`` decoding
+    cannot output."""
     vocabulary = counts["unigram"]
     norm = TextNormalization.from_dict(counts.get("normalization") or {})
     words = [w for c in cuts for w in normalize(text(c), norm).split()]

@@ -167,7 +167,7 @@ class WordLMDecoder:
         beam_size_token: int = 20,
         beam_threshold: float = 25.0,
     ) -> None:
-        counts = read_json(counts_path)
+        counts = self.counts = read_json(counts_path)
         tokens = set(encoder.tokens)
         lexicon, skipped = {}, []
         for word in sorted(counts["unigram"]):
