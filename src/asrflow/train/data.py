@@ -325,14 +325,15 @@ class EpochMixSampler:
         self.epoch_cuts = epoch_cuts
         self.batching = batching
         self.epoch = 0
-        self.sampler = make_sampler(epoch_cuts(0), batching, world_size, rank)
+        self.cuts = epoch_cuts(0)
+        """The current epoch's cuts."""
+        self.sampler = make_sampler(self.cuts, batching, world_size, rank)
         self.world_size, self.rank = self.sampler.world_size, self.sampler.rank
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
-            self.sampler = make_sampler(
-                self.epoch_cuts(epoch), self.batching, self.world_size, self.rank
-            )
+            self.cuts = self.epoch_cuts(epoch)
+            self.sampler = make_sampler(self.cuts, self.batching, self.world_size, self.rank)
             self.epoch = epoch
         self.sampler.set_epoch(epoch)
 

@@ -178,7 +178,6 @@ def build_trainer_parts(
     init = apply_init(model, spec.init, tokens=spec.tokens) if spec.init else None
 
     sets = _train_corpora(spec)
-    train = _epoch_train_cuts(spec, recipe, sets, 0)
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
         dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
@@ -188,7 +187,9 @@ def build_trainer_parts(
     if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
         epoch_cuts = functools.partial(_epoch_train_cuts, spec, recipe, sets)
         sampler = EpochMixSampler(epoch_cuts, recipe.batching, world_size=world_size, rank=rank)
+        train = sampler.cuts
     else:
+        train = _epoch_train_cuts(spec, recipe, sets, 0)
         sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
     train_sampler = SkippingSampler(sampler)
     train_loader = DataLoader(
