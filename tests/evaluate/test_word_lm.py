@@ -66,6 +66,16 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     return train_tiny(tmp_path_factory.mktemp("trained"))
 
 
+@pytest.fixture(scope="module")
+def package(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pkg") / "tiny"
+    export_package(
+        state_dict_or_checkpoint=trained.lightning_ckpt, espnet_args=trained.args,
+        bpe_model=trained.bpe_model, tokens_txt=trained.tokens, out_dir=out, artifact="last",
+    )  # fmt: skip
+    return out
+
+
 def _write_counts(path: Path, sentences) -> Path:
     path.write_text(json.dumps(count_words(sentences)), encoding="utf-8")
     return path
@@ -94,12 +104,7 @@ def test_the_lexicon_turns_a_near_miss_into_the_word(trained, tmp_path):
     assert decoder(log_probs) == "red"
 
 
-def test_lexicon_lm_mode_decodes_the_package_with_the_run_word_lm(trained, tmp_path):
-    package = tmp_path / "pkg"
-    export_package(
-        state_dict_or_checkpoint=trained.lightning_ckpt, espnet_args=trained.args,
-        bpe_model=trained.bpe_model, tokens_txt=trained.tokens, out_dir=package, artifact="last",
-    )  # fmt: skip
+def test_lexicon_lm_mode_decodes_the_package_with_the_run_word_lm(package, trained, tmp_path):
     counts = _write_counts(tmp_path / "counts.json", TEXTS)
     decoding = Decoding(device="cpu", mode="lexicon_lm", beam_size=10)
     model = PackageModel(package, decoding, counts)
@@ -126,16 +131,13 @@ def test_the_decoding_fingerprint_follows_what_decides_the_transcripts():
     assert Decoding().sha256() != Decoding(dtype="float32").sha256()
 
 
-def test_evaluate_artifact_with_the_word_lm_reports_its_oov_rate(trained, tmp_path, caplog):
+def test_evaluate_artifact_with_the_word_lm_reports_its_oov_rate(
+    package, trained, tmp_path, caplog
+):
     from asrflow.evaluate.stages import evaluate_artifact
     from asrflow.text import TextNormalization
     from tests.evaluate.test_decode import _eval_set
 
-    package = tmp_path / "pkg"
-    export_package(
-        state_dict_or_checkpoint=trained.lightning_ckpt, espnet_args=trained.args,
-        bpe_model=trained.bpe_model, tokens_txt=trained.tokens, out_dir=package, artifact="last",
-    )  # fmt: skip
     counts = count_words(TEXTS)
     counts["normalization"] = TextNormalization().to_dict()
     word_lm = tmp_path / "counts.json"

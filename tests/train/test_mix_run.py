@@ -19,15 +19,20 @@ from tests.train.tiny_run import make_tiny_run
 WEIGHTS = [1.0, 3.0]
 
 
-def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatch):
-    spec = make_tiny_run(tmp_path / "data")
-    new = tmp_path / "data/new.jsonl.gz"  # a second corpus: the same audio under other IDs
+def _two_corpora(root):
+    """The tiny run on two corpora: its train split and the same audio under ``new-`` IDs."""
+    spec = make_tiny_run(root)
+    new = root / "new.jsonl.gz"
     save_cuts(load_cuts(spec.train_cuts[0]).modify_ids(lambda i: f"new-{i}"), new)
-    corpora = [spec.train_cuts[0], str(new)]
+    return dataclasses.replace(spec, train_cuts=[spec.train_cuts[0], str(new)])
+
+
+def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatch):
+    spec = _two_corpora(tmp_path / "data")
+    corpora = spec.train_cuts
     steps = 30  # 24 one-cut batches per epoch: the whole of epoch 0 and part of epoch 1
     spec = dataclasses.replace(
         spec,
-        train_cuts=corpora,
         train_weights=WEIGHTS,
         overrides={
             "trainer": {"max_steps": steps, "val_check_interval": steps},
@@ -57,10 +62,7 @@ def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
     from asrflow.train.recipe import load_recipe
     from asrflow.train.runner import _load_train_cuts
 
-    spec = make_tiny_run(tmp_path / "data")
-    new = tmp_path / "data/new.jsonl.gz"
-    save_cuts(load_cuts(spec.train_cuts[0]).modify_ids(lambda i: f"new-{i}"), new)
-    spec = dataclasses.replace(spec, train_cuts=[spec.train_cuts[0], str(new)])
+    spec = _two_corpora(tmp_path / "data")
     recipe = load_recipe(spec.recipe)
     plain = _load_train_cuts(spec, recipe).ids
     assert sum(i.startswith("new-") for i in plain) == 12  # no weights: every cut once
