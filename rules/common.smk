@@ -3,6 +3,8 @@
 from snakemake.utils import validate
 
 from asrflow import layout
+from asrflow.data.audio_state import refresh_audio_state
+from asrflow.train.recipe import AUDIT_SECTIONS
 from asrflow.train.init import tracked_weights
 from asrflow.train.launch import train_resources
 from asrflow.workflow import share_package_with_jobs
@@ -26,6 +28,14 @@ wildcard_constraints:
 def source_manifest(wildcards):
     """The manifest (or Kaldi dir) that the import of one split (or of 'all') reads."""
     return layout.source_manifest(config, wildcards.corpus, wildcards.split)
+
+
+def audio_state(wildcards):
+    """The split's audio state file, refreshed now: rewritten (which reruns the import) only when
+    audio that the last import read has changed since (asrflow.data.audio_state)."""
+    corpus, split = wildcards.corpus, wildcards.split
+    state = layout.audio_state(corpus, split)
+    return str(refresh_audio_state(state, layout.prov(layout.imported(corpus, split))))
 
 
 def split_cuts(wildcards):
@@ -91,19 +101,27 @@ def run_train_inputs(wildcards):
     return inputs
 
 
-def run_recipe_file(wildcards):
-    """The recipe YAML a run names."""
-    return layout.recipe_file(layout.run(config, wildcards.run)["recipe"])
+def run_audit_inputs(wildcards):
+    """What the batch audit reads: the run's filtered train splits and its tokenizer."""
+    inputs = run_train_inputs(wildcards)
+    del inputs["dev"]
+    return inputs
 
 
-def run_overrides(wildcards):
-    """The run's recipe overrides, with the hardware of its resources filled in."""
-    return layout.train_overrides(config, wildcards.run)
+def audit_recipe(wildcards):
+    """The sections of the run's recipe the batch audit reads (batching, loss, augmentation)."""
+    return layout.recipe_params(config, wildcards.run, sections=AUDIT_SECTIONS)
 
 
-def smoke_overrides(wildcards):
-    """The run's overrides, cut down to the smoke run: a few CPU steps."""
-    return layout.smoke_overrides(config, wildcards.run)
+def run_recipe(wildcards):
+    """The run's recipe with its overrides and hardware (resources) merged in, parsed: the
+    settings that can change the weights, and the operational ones (layout.recipe_params)."""
+    return layout.recipe_params(config, wildcards.run)
+
+
+def smoke_recipe(wildcards):
+    """The run's recipe cut down to the smoke run: a few CPU steps."""
+    return layout.recipe_params(config, wildcards.run, smoke=True)
 
 
 def run_threads(wildcards):

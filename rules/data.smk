@@ -26,6 +26,7 @@ rule synthesize_corpus:
 rule import_manifest:
     input:
         manifest=source_manifest,
+        audio_state=audio_state,
     output:
         cuts=layout.imported("{corpus}", "{split}"),
         record=layout.prov(layout.imported("{corpus}", "{split}")),

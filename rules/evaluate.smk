@@ -28,9 +28,10 @@ rule evaluate:
         runtime=lambda wildcards, attempt: config["evaluation"]["resources"]["runtime"]
         * attempt,
     params:
-        evaluation=config["evaluation"],
+        evaluation=layout.eval_params(config),
         slice_fields=eval_slice_fields,
         archive=layout.eval_archive(),
+        decodes=layout.shared_decodes(),
     script:
         "../scripts/evaluate.py"
 

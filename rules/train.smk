@@ -3,8 +3,7 @@
 
 rule audit_batches:
     input:
-        unpack(run_train_inputs),
-        recipe=run_recipe_file,
+        unpack(run_audit_inputs),
     output:
         report=layout.run_file("{run}", "audit", "batches.json"),
         text=layout.run_file("{run}", "audit", "batches.txt"),
@@ -19,7 +18,7 @@ rule audit_batches:
     conda:
         "../envs/asrflow.yaml"
     params:
-        overrides=run_overrides,
+        recipe=audit_recipe,
         normalization=config["text_normalization"],
         weights=lookup(dpath="runs/{run}/weights", within=config),
     script:
@@ -30,7 +29,6 @@ rule smoke_train:
     input:
         unpack(run_train_inputs),
         unpack(run_init_weights),
-        recipe=run_recipe_file,
     output:
         summary=layout.run_file("{run}", "smoke", "summary.json"),
         record=layout.prov(layout.run_file("{run}", "smoke", "summary.json")),
@@ -40,7 +38,7 @@ rule smoke_train:
         "../envs/asrflow.yaml"
     threads: 2
     params:
-        overrides=smoke_overrides,
+        recipe=smoke_recipe,
         smoke=config["smoke"],
         init=lookup(dpath="runs/{run}/init", within=config, default=None),
         normalization=config["text_normalization"],
@@ -55,7 +53,6 @@ checkpoint train:
     input:
         unpack(run_train_inputs),
         unpack(run_init_weights),
-        recipe=run_recipe_file,
         smoke=layout.run_file("{run}", "smoke", "summary.json"),
         audit=layout.run_file("{run}", "audit", "batches.json"),
     output:
@@ -83,7 +80,7 @@ checkpoint train:
         tasks_per_gpu=run_slurm("tasks_per_gpu"),
         cpus_per_task=run_slurm("cpus_per_task"),
     params:
-        overrides=run_overrides,
+        recipe=run_recipe,
         weights=lookup(dpath="runs/{run}/weights", within=config),
         init=lookup(dpath="runs/{run}/init", within=config, default=None),
         normalization=config["text_normalization"],

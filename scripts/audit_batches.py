@@ -8,7 +8,7 @@ with step(snakemake):
         snakemake.wildcards.run,
         dict(snakemake.input.items()),
         normalization=snakemake.params.normalization,
-        overrides=snakemake.params.overrides,
+        recipe=snakemake.params.recipe,
         weights=snakemake.params.weights,
     )
     audit_run(spec, snakemake.output.report, snakemake.output.figure, snakemake.output.text)

@@ -3,8 +3,10 @@
 from asrflow.select.stages import average_run
 from asrflow.workflow import step
 
-with step(snakemake):
+with step(snakemake) as s:
     monitor, k = snakemake.params.criterion
-    average_run(
+    averaged = average_run(
         snakemake.input.summary, snakemake.input.artifacts, monitor, k, snakemake.output.weights
     )
+    s.add_extra_inputs("checkpoints", [c["path"] for c in averaged["inputs"]])
+    s.add_details("averaged", averaged["inputs"])

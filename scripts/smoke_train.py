@@ -8,7 +8,7 @@ with step(snakemake):
         snakemake.wildcards.run,
         dict(snakemake.input.items()),
         normalization=snakemake.params.normalization,
-        overrides=snakemake.params.overrides,
+        recipe=snakemake.params.recipe,
         max_train_cuts=snakemake.params.smoke["max_train_cuts"],
         max_dev_cuts=snakemake.params.smoke["max_dev_cuts"],
         init=snakemake.params.init,

@@ -10,7 +10,7 @@ with step(snakemake):
         snakemake.wildcards.run,
         dict(snakemake.input.items()),
         normalization=snakemake.params.normalization,
-        overrides=snakemake.params.overrides,
+        recipe=snakemake.params.recipe,
         weights=snakemake.params.weights,
         init=snakemake.params.init,
     )

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -31,14 +32,16 @@ def environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         snakemake_command(*args),
         cwd=workdir,
         capture_output=True,
         text=True,
         timeout=900,
-        env=environment(),
+        env=env or environment(),
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{proc.stdout}\n{proc.stderr}")
@@ -66,3 +69,14 @@ def executed(proc: subprocess.CompletedProcess) -> set[str]:
 def write_config(workdir: Path, config: dict) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def dry_run(workdir: Path, *args: str, env: dict[str, str] | None = None) -> set[str]:
+    """'rule[wildcards]' of every job ``snakemake -n`` would run (those after a checkpoint that
+    must run first are not known yet: let the checkpoint run, e.g. with ``--until``)."""
+    return executed(snakemake(workdir, "-n", *args, env=env))
+
+
+def rule_counts(jobs: set[str]) -> dict[str, int]:
+    """How many jobs of each rule: ``{"evaluate": 8, ...}``."""
+    return dict(Counter(job.split("[")[0] for job in jobs))

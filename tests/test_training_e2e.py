@@ -7,10 +7,14 @@ last checkpoint; the smoke rule fails fast on a tokenizer/token-list mismatch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +23,16 @@ import yaml
 
 from asrflow.data.cuts import load_cuts
 from asrflow.hashing import sha256_file
-from tests.e2e import environment, snakemake, snakemake_command, write_config
+from tests.e2e import (
+    REPO,
+    dry_run,
+    environment,
+    executed,
+    rule_counts,
+    snakemake,
+    snakemake_command,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -221,6 +234,213 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     assert len(list((trained / "results/archive/evals").glob("*.json"))) == 2 * len(
         set(table["artifact_sha256"])
     )
+
+
+# --- what reruns when (issue 11): each test leaves the work dir as up to date as it found it ---
+
+DOWNSTREAM_OF_TRAIN = {
+    "smoke_train": 1,
+    "train": 1,
+    "average_checkpoints": 1,
+    "export_artifact": 4,
+    "plot_learning_curves": 1,
+    "evaluate": 8,
+    "plot_slices": 2,
+    "select_model": 1,
+    "report": 1,
+}
+"""The jobs after a change to what a run trains from (its audit reruns only for batching)."""
+
+
+def _status(workdir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml"]
+    return subprocess.run(
+        [sys.executable, "-m", "asrflow.cli", "status", "--", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env or environment(),
+    )
+
+
+@contextlib.contextmanager
+def _restored(*paths: Path):
+    """Put the files back as they were (new mtime, as an editor would) and let the data
+    checkpoint settle again."""
+    saved = {p: p.read_bytes() for p in paths}
+    try:
+        yield
+    finally:
+        for p, data in saved.items():
+            p.write_bytes(data)
+
+
+def _settle(workdir: Path) -> None:
+    snakemake(workdir, "--until", "validate_corpus")
+    assert dry_run(workdir) == set()
+
+
+def test_changes_that_cannot_change_a_result_rerun_nothing(trained):
+    assert dry_run(trained) == set()
+    recipe, config = trained / "config/recipes/tiny.yaml", trained / "config.yaml"
+    with _restored(recipe, config):
+        os.utime(trained / "results/corpora/tiny/dev.jsonl")  # touched, content unchanged
+        data = yaml.safe_load(recipe.read_text())
+        data["diagnostics"]["num_decode_utterances"] = 1  # operational recipe keys
+        data["batching"]["num_workers"] = 1
+        reordered = dict(reversed(list(data.items())))
+        recipe.write_text("# a comment\n" + yaml.safe_dump(reordered, sort_keys=False))
+        cfg = yaml.safe_load(config.read_text())
+        cfg["evaluation"].update(batch_seconds=30, device="cpu")
+        config.write_text(yaml.safe_dump(cfg))
+        assert dry_run(trained) == set()
+
+
+def test_status_is_up_to_date_and_names_what_a_library_change_touches(trained, tmp_path):
+    proc = _status(trained)
+    assert proc.returncode == 0 and "up to date" in proc.stdout, proc.stdout + proc.stderr
+    src = tmp_path / "src"  # a checkout whose scoring module was edited
+    shutil.copytree(REPO / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    scoring = src / "asrflow/evaluate/scoring.py"
+    original = scoring.read_text()
+    scoring.write_text(original + "\n# an edit that changes nothing\n")
+    env = {**environment(), "PYTHONPATH": str(src)}
+    assert dry_run(trained, env=env) == set()  # a library edit reruns nothing by itself ...
+    proc = _status(trained, env=env)  # ... but is never invisible
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    flagged = {line.split(":")[0] for line in proc.stdout.splitlines() if not line[:1].isspace()}
+    assert "evaluate" in flagged and "train_tokenizer" not in flagged, proc.stdout
+    assert "code: asrflow.evaluate.scoring (changed since the step ran it)" in proc.stdout
+    # a new scorer version reruns every evaluation, the choice on dev and the report
+    version = re.search(r"^SCORING_VERSION = (\d+)$", original, re.M)
+    bumped = original.replace(version.group(0), f"SCORING_VERSION = {int(version.group(1)) + 1}")
+    scoring.write_text(bumped)
+    counts = rule_counts(dry_run(trained, env=env))
+    assert counts == {"evaluate": 8, "select_model": 1, "plot_slices": 2, "report": 1}
+
+
+def test_audio_changed_after_the_gate_reimports_and_revalidates_its_split(trained):
+    row = json.loads((trained / "results/corpora/tiny/dev.jsonl").read_text().splitlines()[0])
+    wav = trained / "results/corpora/tiny" / row["audio_filepath"]
+    with _restored(wav):
+        wav.write_bytes(wav.read_bytes()[: wav.stat().st_size // 2])  # truncated
+        jobs = dry_run(trained)
+        imports = {j for j in jobs if j.startswith("import_manifest")}
+        assert imports == {"import_manifest[corpus=tiny, split=dev]"}
+        assert "validate_corpus[corpus=tiny]" in jobs
+        proc = snakemake(trained, check=False)  # the gate refuses the truncated file
+        assert proc.returncode != 0
+        log = (trained / "logs/validate_corpus/tiny.log").read_text()
+        assert f"{row['utt_id']}: declared duration" in log
+    proc = snakemake(trained)  # restored: imported again (the same cuts) and validated
+    assert executed(proc) == {
+        "import_manifest[corpus=tiny, split=dev]",
+        "validate_corpus[corpus=tiny]",
+    }
+    assert dry_run(trained) == set()
+
+
+def test_a_dev_transcript_change_reruns_training_but_not_the_tokenizer(trained):
+    manifest = trained / "results/corpora/tiny/dev.jsonl"
+    with _restored(manifest):
+        rows = manifest.read_text().splitlines()
+        first = json.loads(rows[0])
+        rows[0] = json.dumps({**first, "text": first["text"] + " again"})
+        manifest.write_text("\n".join(rows) + "\n")
+        snakemake(trained, "--until", "validate_corpus")
+        jobs = dry_run(trained)
+        assert rule_counts(jobs) == {"filter_split": 1, **DOWNSTREAM_OF_TRAIN}
+        assert "filter_split[corpus=tiny, split=dev]" in jobs
+    _settle(trained)
+
+
+def test_added_train_utterances_rerun_the_tokenizer_and_everything_after(trained):
+    import soundfile
+
+    manifest = trained / "results/corpora/tiny/train.jsonl"
+    rows = manifest.read_text().splitlines()
+    first = json.loads(rows[0])
+    audio, rate = soundfile.read(manifest.parent / first["audio_filepath"])
+    extra = manifest.parent / "audio/extra_00001.wav"
+    with _restored(manifest):
+        soundfile.write(extra, audio * 0.5, rate)
+        added = {**first, "audio_filepath": "audio/extra_00001.wav", "utt_id": "extra_00001"}
+        manifest.write_text("\n".join([*rows, json.dumps(added)]) + "\n")
+        snakemake(trained, "--until", "validate_corpus")
+        jobs = dry_run(trained)
+        expected = {"filter_split": 1, "train_tokenizer": 1, "word_lm": 1, "audit_batches": 1}
+        assert rule_counts(jobs) == {**expected, **DOWNSTREAM_OF_TRAIN}
+        assert "filter_split[corpus=tiny, split=train]" in jobs
+    extra.unlink()
+    _settle(trained)
+
+
+def test_a_new_extra_eval_set_evaluates_only_that_set(trained):
+    config = trained / "config.yaml"
+    with _restored(config):
+        cfg = yaml.safe_load(config.read_text())
+        cfg["evaluation"]["extra_sets"] = ["tiny.train"]
+        config.write_text(yaml.safe_dump(cfg))
+        jobs = dry_run(trained)
+        assert rule_counts(jobs) == {"evaluate": 4, "plot_slices": 1, "report": 1}
+        assert all("eval_set=tiny.train" in j for j in jobs if j.startswith("evaluate"))
+
+
+def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(trained):
+    """Issue 11's headline: an lr change on a finished run trained 0 steps and relabelled the old
+    weights. Now the run trains anew, and its summary, exports and report rows carry the new
+    recipe hash; identical weights were decoded once; the average's record lists what it
+    averaged."""
+    import pandas as pd
+
+    from asrflow.layout import train_overrides
+    from asrflow.train.recipe import load_recipe
+
+    recipe = trained / "config/recipes/tiny.yaml"
+    data = yaml.safe_load(recipe.read_text())
+    data["optim"]["lr"] = 0.0015
+    recipe.write_text(yaml.safe_dump(data))
+    run = trained / "results/runs/tiny_ctc"
+    old = json.loads((run / "train/summary.json").read_text())
+    assert rule_counts(dry_run(trained)) == DOWNSTREAM_OF_TRAIN
+    snakemake(trained)
+    summary = json.loads((run / "train/summary.json").read_text())
+    new_hash = load_recipe(recipe, train_overrides(CONFIG, "tiny_ctc")).identity_sha256()
+    assert summary["resumed_from"] is None and summary["steps"] == 24
+    assert summary["recipe_settings"]["optim"]["lr"] == 0.0015
+    assert summary["hashes"]["recipe"] == new_hash != old["hashes"]["recipe"]
+    assert len(list((trained / "results/work").glob("tiny_ctc.stale-*"))) == 1
+    for package in run.glob("export/*/package.json"):
+        assert json.loads(package.read_text())["provenance"]["run_hashes"]["recipe"] == new_hash
+    log = (trained / "logs/train/tiny_ctc.log").read_text()
+    assert "recipe optim.lr: 0.002 -> 0.0015" in log
+    table = pd.read_csv(trained / "results/report/comparison.csv")
+    current = table[table["current"]]
+    assert set(current["recipe_sha256"]) == {new_hash}
+    assert (~table["current"]).any()  # the lr 0.002 results are kept as an earlier revision
+    assert dry_run(trained) == set()
+
+    evaluations = [json.loads(p.read_text()) for p in run.glob("eval/*/*/summary.json")]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for e in evaluations:
+        groups.setdefault((e["artifact_sha256"], e["eval_set"]), []).append(e)
+    for group in groups.values():  # one decode per distinct weights and eval set
+        decoders = {json.dumps(e["decoded_by"], sort_keys=True) for e in group}
+        assert len(decoders) == 1 and group[0]["decoded_by"]["artifact"] in {
+            e["artifact"] for e in group
+        }
+    copied = sum(
+        "copied, not decoded again" in p.read_text()
+        for p in (trained / "logs/evaluate/tiny_ctc").rglob("*.log")
+    )
+    assert copied == len(evaluations) - len(groups)
+
+    record = json.loads((run / "average/valid.loss.ave_2best.pth.prov.json").read_text())
+    averaged = record["details"]["averaged"]
+    assert len(averaged) == 2 and all(a["step"] and a["sha256"] for a in averaged)
+    assert sorted(record["extra_inputs"]["checkpoints"]) == sorted(a["path"] for a in averaged)
+    assert [a["score"] for a in averaged] == sorted(a["score"] for a in averaged)
 
 
 def test_killed_train_job_resumes_from_its_last_checkpoint(trained):

@@ -5,6 +5,10 @@ Subcommands live in :data:`SUBCOMMANDS` (name -> :class:`Subcommand`); to add on
 
 ``asrflow verify PATH...`` re-reads the files that provenance records list and reports every
 difference; it exits 1 on any mismatch, 0 when everything matches.
+
+``asrflow status`` lists, per artifact, what differs from the current checkout (inputs, rule
+params, code modules, package versions: :mod:`asrflow.status`); it prints "up to date" and
+exits 0 when nothing does, else 1.
 """
 
 from __future__ import annotations
@@ -56,7 +60,43 @@ def _run_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- status ---------------------------------------------------------------------------------------
+def _configure_status(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default="results", help="the results directory (default: results)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument(
+        "--no-params",
+        action="store_true",
+        help="do not ask Snakemake which rule params changed (it builds the DAG: seconds)",
+    )
+    p.add_argument(
+        "snakemake_args",
+        nargs=argparse.REMAINDER,
+        help="after --: arguments for that Snakemake call (e.g. -- --configfile my.yaml)",
+    )
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    import json
+
+    from asrflow.status import format_status, params_changes, status_json, workflow_status
+
+    extra = [a for a in args.snakemake_args if a != "--"]
+    changed = [] if args.no_params else params_changes(extra)
+    statuses = workflow_status(args.results, params_changed=changed)
+    if args.json:
+        print(json.dumps(status_json(statuses), indent=2, sort_keys=True))
+    else:
+        print(format_status(statuses))
+    return 0 if all(s.up_to_date for s in statuses) else 1
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
+    "status": Subcommand(
+        help="what differs between the results and this checkout: inputs, params, code, packages",
+        configure=_configure_status,
+        run=_run_status,
+    ),
     "verify": Subcommand(
         help="check outputs and inputs against their provenance records",
         configure=_configure_verify,

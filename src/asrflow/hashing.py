@@ -10,16 +10,18 @@ computed, just not remembered. Verification (``asrflow verify``) never uses it.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import random
 import sqlite3
+import stat as stat_module
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from asrflow.types import Pathlike
 
@@ -41,6 +43,13 @@ def sha256_file(path: Pathlike) -> str:
         while chunk := f.read(CHUNK_SIZE):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_json(data: Any) -> str:
+    """Hex SHA-256 of ``data``'s canonical JSON (sorted keys, compact, ASCII): equal settings,
+    however written, have one digest."""
+    text = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def tree_files(directory: Pathlike) -> list[tuple[str, Path]]:
@@ -218,20 +227,37 @@ class HashCache:
         """
         given = list(dict.fromkeys(str(p) for p in paths))
         result: dict[str, str] = {}
-        files = []
-        for p in given:
-            if os.path.isdir(p):
-                result[p] = sha256_tree(p, cache=self)
-            else:
-                files.append(p)
-        real = {p: os.path.realpath(p) for p in files}
+        real_dirs: dict[str, str] = {}
 
-        def stat(p: str) -> tuple[str, os.stat_result]:
-            return p, os.stat(real[p])
+        def resolve(chunk: list[str]) -> list[tuple[str, str, os.stat_result]]:
+            # (path, real path, stat) without a realpath() per file: one per directory, plus
+            # one for a file that is itself a symlink (stats on a network filesystem are slow,
+            # hence threads; in chunks, as a task per file costs more than a local stat)
+            out = []
+            for p in chunk:
+                head, tail = os.path.split(p)
+                st = os.lstat(p)
+                if stat_module.S_ISLNK(st.st_mode):
+                    real = os.path.realpath(p)
+                    st = os.stat(real)
+                else:
+                    if head not in real_dirs:
+                        real_dirs[head] = os.path.realpath(head or ".")
+                    real = os.path.join(real_dirs[head], tail)
+                out.append((p, real, st))
+            return out
 
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            stats = dict(pool.map(stat, files))
-            keys = {real[p]: _stat_key(st) for p, st in stats.items()}
+            chunks = [given[i : i + 2048] for i in range(0, len(given), 2048)]
+            resolved = [r for rs in pool.map(resolve, chunks) for r in rs]
+            files, real, keys = [], {}, {}
+            for p, r, st in resolved:
+                if stat_module.S_ISDIR(st.st_mode):
+                    result[p] = sha256_tree(p, cache=self)
+                    continue
+                files.append(p)
+                real[p] = r
+                keys[r] = _stat_key(st)
             cached = self._lookup(keys)
             misses = [p for p in files if real[p] not in cached]
 

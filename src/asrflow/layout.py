@@ -138,10 +138,22 @@ def report_file(*parts: str) -> str:
     return "/".join([RESULTS, "report", *parts])
 
 
+def audio_state(corpus: str, split: str) -> str:
+    """The audio state of a split's import (:mod:`asrflow.data.audio_state`): an input of the
+    import, rewritten when the audio it read has changed since."""
+    return f"{RESULTS}/data/{corpus}/audio_state/{split}.json"
+
+
 def eval_archive() -> str:
     """Every evaluation summary ever written, kept by artifact/data/contract hash (not a
     declared output, so a data revision adds rows to the comparison instead of replacing them)."""
     return f"{RESULTS}/archive/evals"
+
+
+def shared_decodes() -> str:
+    """Decodes kept by what decided them (:mod:`asrflow.evaluate.shared`), so that identical
+    weights are decoded once per eval set, contract and decoding settings."""
+    return f"{RESULTS}/cache/decodes"
 
 
 def work_dir(run: str) -> str:
@@ -348,11 +360,54 @@ def all_targets(config: Config) -> list[str]:
     return targets
 
 
-def run_recipe(config: Config, name: str):
-    """A run's recipe with its overrides (read when the DAG is built)."""
+def run_recipe(config: Config, name: str, *, smoke: bool = False):
+    """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
+    run trains it (:func:`smoke_overrides`)."""
     from asrflow.train.recipe import load_recipe
 
-    return load_recipe(recipe_file(run(config, name)["recipe"]), train_overrides(config, name))
+    overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
+    path = recipe_file(run(config, name)["recipe"])
+    return load_recipe(path, overrides, source=f"{path} (run {name})")
+
+
+def recipe_params(
+    config: Config, name: str, *, smoke: bool = False, sections: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """What a training rule (audit, smoke, train) is given of its recipe: the parsed, canonical
+    settings that can change the weights (``settings``: comments, key order and spelling of the
+    YAML never rerun a job), the others as :class:`~asrflow.params.Operational` (``operational``:
+    a change reruns nothing) and the recipe's name (``name``). ``sections``: only these
+    top-level sections (a rule that reads no more, such as the batch audit)."""
+    from asrflow.params import Operational
+
+    recipe = run_recipe(config, name, smoke=smoke)
+    settings, operational = recipe.identity(), recipe.operational()
+    if sections is not None:
+        settings = {k: v for k, v in settings.items() if k in sections}
+        operational = {k: v for k, v in operational.items() if k in sections}
+    return {
+        "settings": settings,
+        "operational": Operational(operational),
+        "name": run(config, name)["recipe"],
+    }
+
+
+def eval_params(config: Config) -> dict[str, Any]:
+    """What ``evaluate`` is given of ``evaluation``: the scoring contract, the scorer's version
+    and the decoding settings (they change the figures; a bump of
+    :data:`~asrflow.evaluate.scoring.SCORING_VERSION` reruns every evaluation), and
+    ``operational`` (device, batch_seconds: they do not)."""
+    from asrflow.evaluate.scoring import SCORING_VERSION
+    from asrflow.params import Operational
+
+    ev = config["evaluation"]
+    return {
+        "scoring": ev["scoring"],
+        "scoring_version": SCORING_VERSION,
+        "dtype": ev["dtype"],
+        "decoding": ev["decoding"],
+        "operational": Operational({k: ev[k] for k in ("device", "batch_seconds")}),
+    }
 
 
 def has_baseline(config: Config, name: str) -> bool:

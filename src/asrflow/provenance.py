@@ -12,11 +12,13 @@ Record layout (``schema`` ``asrflow.provenance/1``)::
      "inputs": {name: {path: sha256}}, "outputs": {...}, "extra_inputs": {...},
      "directories": [paths hashed as trees with hashing.sha256_tree],
      "params", "code": {"git": {"commit", "dirty"}, "script": {"path", "sha256"} | null,
-     "library_sha256"}, "packages", "host": {"hostname", "platform", ["slurm"]},
-     "started", "finished"}
+     "library_sha256", "modules": {module: sha256}}, "packages",
+     "host": {"hostname", "platform", ["slurm"]}, "started", "finished", ["details"]}
 
-``host.slurm`` is there only for a step that ran inside a SLURM job: the job ID, array task, step,
-partition, nodes and GPUs it was given (:func:`slurm_job`).
+``code.modules`` holds the digest of every asrflow module the step imported (``asrflow status``
+compares them with the checkout: :mod:`asrflow.status`). ``host.slurm`` is there only for a
+step that ran inside a SLURM job: the job ID, array task, step, partition, nodes and GPUs it was
+given (:func:`slurm_job`).
 
 Paths are stored as given (relative to the workflow directory). At verification they are
 resolved against the directory that holds ``record_path`` (so a moved workflow still verifies),
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import math
@@ -34,7 +37,8 @@ import os
 import platform
 import socket
 import subprocess
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -98,6 +102,34 @@ def library_sha256() -> str:
     root = Path(asrflow.__file__).parent
     files = [(r, p) for r, p in tree_files(root) if r.endswith(".py")]
     return combine_tree((r, sha256_file(p)) for r, p in files)
+
+
+def module_digests(names: Iterable[str] | None = None) -> dict[str, str]:
+    """``{module: sha256 of its source file}`` for the asrflow modules this process has imported
+    (or for ``names``, found without importing them; a module that no longer exists is left
+    out): the code a step actually ran, module by module."""
+    if names is None:
+        found = {
+            name: getattr(module, "__file__", None)
+            for name, module in list(sys.modules.items())
+            if name == "asrflow" or name.startswith("asrflow.")
+        }
+    else:
+        found = {name: module_file(name) for name in names}
+    return {
+        name: sha256_file(path)
+        for name, path in sorted(found.items())
+        if path and path.endswith(".py") and os.path.isfile(path)
+    }
+
+
+def module_file(name: str) -> str | None:
+    """The source file of module ``name`` as it would be imported now (not importing it)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.origin else None
 
 
 @lru_cache(maxsize=1)
@@ -211,11 +243,13 @@ def build_record(
     extra_inputs: Mapping[str, list[str]] | None = None,
     hash_cache: HashCache | None,
     repo_dir: Pathlike | None = None,
+    modules: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Hash every input, output and extra input and assemble a provenance record.
 
     Directories are hashed as trees and listed under ``directories``. ``repo_dir`` (for the git
-    version) defaults to the script's directory, else the current directory. Raises
+    version) defaults to the script's directory, else the current directory. ``modules``: the
+    digests of the asrflow modules the step ran (default: :func:`module_digests` now). Raises
     ``FileNotFoundError`` naming any path that does not exist.
     """
     sections = {"inputs": inputs, "outputs": outputs, "extra_inputs": extra_inputs or {}}
@@ -248,6 +282,7 @@ def build_record(
         "git": code_version(repo_dir),
         "script": script_info,
         "library_sha256": library_sha256(),
+        "modules": dict(modules) if modules is not None else module_digests(),
     }
     record["packages"] = package_versions()
     record["host"] = {"hostname": socket.gethostname(), "platform": platform.platform()}
@@ -382,7 +417,7 @@ def read_record(path: Pathlike, text: str | None = None) -> dict[str, Any]:
     return record
 
 
-def _record_base(record_file: Path, record: Mapping[str, Any]) -> Path:
+def record_base(record_file: Path, record: Mapping[str, Any]) -> Path:
     """Directory the record's relative paths are relative to (see module docstring)."""
     rp = record.get("record_path")
     absf = Path(os.path.normpath(record_file.absolute()))
@@ -419,7 +454,7 @@ def _load(path: Path) -> _Loaded:
         loaded.problems.append(
             Mismatch(RECORD_MODIFIED, shown, shown, detail="its bytes are not as written")
         )
-    base = _record_base(path, record)
+    base = record_base(path, record)
     dirs = set(record.get("directories", []))
     for sec in SECTIONS:
         for name, files in record[sec].items():
@@ -443,7 +478,7 @@ def _is_record_name(name: str) -> bool:
     return name.endswith(RECORD_SUFFIX) and not name.startswith(".")
 
 
-def _walk_records(directory: Path) -> list[Path]:
+def walk_records(directory: Path) -> list[Path]:
     """Every record below ``directory``; hidden files/dirs (temp files, .snakemake) skipped."""
     found = []
     for dirpath, dirnames, filenames in os.walk(directory):
@@ -472,7 +507,7 @@ def _select(p: Path, load: Callable[[Path], _Loaded]) -> tuple[list[Path], Misma
     if p.is_file() and p.name.endswith(RECORD_SUFFIX):
         return [p], None
     if p.is_dir():
-        recs = _walk_records(p)
+        recs = walk_records(p)
         why = f"no *{RECORD_SUFFIX} below it"
     elif p.exists():
         recs = [r for r in _candidate_records(p) if not (L := load(r)).valid or _lists(L, p)]

@@ -34,7 +34,7 @@ from typing import Any, Self
 
 from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache
-from asrflow.provenance import build_record, write_record
+from asrflow.provenance import build_record, module_digests, to_jsonable, write_record
 from asrflow.train.cluster import launched_rank
 from asrflow.types import Pathlike
 
@@ -120,6 +120,8 @@ class Step:
         self.level = level
         self.extra_inputs: dict[str, list[str]] = {}
         self.started: datetime | None = None
+        self.modules: dict[str, str] = {}
+        self.details: dict[str, Any] = {}
         self._handlers: list[logging.Handler] = []
         self._old_level = logging.NOTSET
         self._captured_warnings = False
@@ -127,6 +129,11 @@ class Step:
     def add_extra_inputs(self, name: str, paths: Iterable[Pathlike]) -> None:
         """Record ``paths`` (e.g. audio a manifest refers to) as inputs called ``name``."""
         self.extra_inputs.setdefault(name, []).extend(str(p) for p in paths)
+
+    def add_details(self, name: str, value: Any) -> None:
+        """Record ``value`` (JSON-ready) under ``details.<name>`` of the provenance record, e.g.
+        which checkpoints an average was made of, with their steps and scores."""
+        self.details[name] = value
 
     # -- logging ----------------------------------------------------------------------------
     def _start_logging(self) -> None:
@@ -163,6 +170,9 @@ class Step:
     def __enter__(self) -> Self:
         self._start_logging()
         self.started = datetime.now(UTC)
+        # the code this job runs, hashed now (a long job must not record a later edit); modules
+        # first imported during the job are added when the record is written
+        self.modules = module_digests()
         log.info("rule %s: started (script %s)", self.rule, self.script or "unknown")
         if self.rank != 0:
             log.info(
@@ -235,7 +245,10 @@ class Step:
                 finished=finished,
                 extra_inputs=self.extra_inputs,
                 hash_cache=cache,
+                modules={**module_digests(), **self.modules},
             )
+            if self.details:
+                record["details"] = to_jsonable(self.details)
         finally:
             if self.hash_cache is None:
                 cache.close()

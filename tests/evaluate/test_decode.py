@@ -15,6 +15,7 @@ import torch
 from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding, PackageModel, batches, timed_transcribe
+from asrflow.evaluate.scoring import SCORING_VERSION, contract_sha256
 from asrflow.evaluate.stages import decoding_from_config, evaluate_artifact
 from asrflow.export.package import export_package, load_speech2text
 from asrflow.text import TextNormalization
@@ -154,7 +155,8 @@ def test_evaluate_artifact_writes_pooled_and_sliced_scores(package, trained, tmp
     assert summary["wer"] == pytest.approx(1 / 7)
     assert summary["slices"]["condition"]["clean"]["wer"] == 0
     assert summary["slices"]["condition"]["noisy"]["wer"] == pytest.approx(1 / 5)
-    assert summary["contract_sha256"] == contract.sha256()
+    assert summary["contract_sha256"] == contract_sha256(contract)
+    assert summary["scoring_version"] == SCORING_VERSION
     assert summary["dtypes"]["encoder"] == "bfloat16" and summary["autocast"] is False
     assert summary["rtf"] > 0 and summary["audio_seconds"] > 0
     assert json.loads((out / "summary.json").read_text()) == summary

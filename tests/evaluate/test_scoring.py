@@ -181,3 +181,15 @@ def test_counts_are_consistent(ref, hyp):
     assert (s.alignment == "") == (s.word_errors == 0)
     same = score_utterance("u", " ".join(ref), " ".join(ref), CONTRACT)
     assert same.word_errors == same.char_errors == 0
+
+
+def test_the_contract_digest_covers_the_normalization_and_the_scorer_version(monkeypatch):
+    """Figures from two versions of the scorer are never ranked together (issue 11)."""
+    from asrflow.evaluate import scoring
+
+    before = scoring.contract_sha256(CONTRACT)
+    assert before != CONTRACT.sha256()
+    other = TextNormalization.from_dict({**CONTRACT.to_dict(), "lowercase": False})
+    assert scoring.contract_sha256(other) != before
+    monkeypatch.setattr(scoring, "SCORING_VERSION", scoring.SCORING_VERSION + 1)
+    assert scoring.contract_sha256(CONTRACT) != before

@@ -266,3 +266,23 @@ def test_slice_table(inputs):
     assert len(table) == 2
     assert set(table["field"]) == {"speaker"}
     assert table["wer"].tolist() == [0.30, 0.25]
+
+
+def test_rows_say_which_share_a_decode_and_which_code_changed_since():
+    """Issue 11: identical weights are decoded once (each artifact keeps its rows, marked), and
+    rows made by code that has changed since are marked, in the CSV and in the Markdown."""
+    first = {"run": "r1", "artifact": "last", "eval_set": "demo.dev"}
+    evals = [
+        eval_summary("r1", "last", 0.2, decoded_by=first),
+        eval_summary("r1", "valid.loss.best", 0.2, decoded_by=first),
+        eval_summary("r1", "valid.loss.ave_3best", 0.18, code_changed=["asrflow.evaluate.decode"]),
+    ]
+    df = comparison_table({"r1": train_summary("r1")}, evals, {})
+    by = dict(zip(df["artifact"], df["decoded_by"], strict=True))
+    assert by["valid.loss.best"] == "r1/last"
+    assert pd.isna(by["last"]) and pd.isna(by["valid.loss.ave_3best"])
+    changed = dict(zip(df["artifact"], df["code_changed"], strict=True))
+    assert changed["valid.loss.ave_3best"] == "asrflow.evaluate.decode"
+    text = report_markdown(df)
+    assert "same weights as r1/last: decoded once" in text
+    assert "1 current row(s) were made by code that has changed since" in text

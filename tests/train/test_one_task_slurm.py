@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from asrflow.params import Operational
+from asrflow.train.recipe import load_recipe
 from tests.train.test_ddp import (
     ROOT,
     assert_each_utterance_once_per_epoch,
@@ -72,15 +74,19 @@ def snakemake_script(workflow: Path, root: Path, spec) -> Path:
         "dev": spec.dev_cuts,
         "bpe_model": spec.bpe_model,
         "tokens": spec.tokens,
-        "recipe": spec.recipe,
     }
     outputs = {
         "run": "results/runs/tiny/train/artifacts",
         "summary": "results/runs/tiny/train/summary.json",
         "record": "results/runs/tiny/train/summary.prov.json",
     }
+    recipe = load_recipe(spec.recipe, OVERRIDES)  # what layout.recipe_params gives the rule
     params = {
-        "overrides": OVERRIDES,
+        "recipe": {
+            "settings": recipe.identity(),
+            "operational": Operational(recipe.operational()),
+            "name": "tiny",
+        },
         "weights": None,
         "init": None,
         "normalization": spec.normalization,

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from asrflow.errors import AsrflowError
+from asrflow.train.recipe import OPERATIONAL_KEYS
 from asrflow.train.runner import train_run
 from asrflow.train.workdir import IDENTITY, claim_work_dir
-from tests.train.tiny_run import make_tiny_run
+from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
 
 
 def test_same_identity_keeps_the_state_other_identity_moves_it_aside(tmp_path):
@@ -57,8 +58,7 @@ TWO_CRITERIA = {"best_model_criterion": [["valid/loss", 2, "min"], ["valid/wer",
 
 def test_resuming_a_finished_run_keeps_every_criterion_current(tmp_path):
     """last.ckpt is saved after every top-k callback has seen the validation, so a finished run
-    run again (Snakemake reruns it when an input's mtime changed) reports the same checkpoints
-    as the first time; a bigger budget trains on; another model starts afresh."""
+    run again reports the same checkpoints as the first time; another model starts afresh."""
     spec = make_tiny_run(tmp_path / "data", overrides={**TWO_CRITERIA, "trainer": {"max_steps": 6}})
     first = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
     again = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
@@ -67,12 +67,50 @@ def test_resuming_a_finished_run_keeps_every_criterion_current(tmp_path):
     for info in first["criteria"].values():
         assert (tmp_path / "out" / "checkpoints" / info["best_model_path"]).is_file()
 
-    longer = dataclasses.replace(spec, overrides={**spec.overrides, "trainer": {"max_steps": 8}})
-    more = train_run(longer, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
-    assert more["resumed_from"] is not None and more["steps"] == 8  # a bigger budget trains on
-
     other_model = {**spec.overrides, "encoder_conf": {"output_size": 8}}
     changed = dataclasses.replace(spec, overrides=other_model)
     fresh = train_run(changed, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
     assert fresh["resumed_from"] is None and fresh["steps"] == 6
     assert len(list(Path(tmp_path).glob("work.stale-*"))) == 1
+
+
+def _train(spec, root, **overrides):
+    spec = dataclasses.replace(spec, overrides={**spec.overrides, **overrides})
+    return train_run(spec, root / "work", root / "out", root / "summary.json")
+
+
+def test_a_changed_recipe_never_resumes_weights_trained_under_the_old_one(tmp_path, caplog):
+    """Issue 11: a finished run whose lr (or max_steps) changed trained 0 steps and wrote the new
+    recipe's hash over the old weights. Every setting that can change the weights is part of the
+    work directory's identity: the run starts fresh, and the log names the changed keys."""
+    spec = make_tiny_run(tmp_path / "data")
+    first = _train(spec, tmp_path)
+    assert first["steps"] == 4 and first["resumed_from"] is None
+
+    lr = {"optim": {"name": "adamw", "lr": 0.001}}
+    with caplog.at_level("WARNING", logger="asrflow.train.workdir"):
+        second = _train(spec, tmp_path, **lr)
+    assert second["resumed_from"] is None and second["steps"] == 4  # trained anew, all 4 steps
+    assert "recipe optim.lr: 0.002 -> 0.001" in caplog.text
+    assert second["hashes"]["recipe"] != first["hashes"]["recipe"]
+    assert second["recipe_settings"]["optim"]["lr"] == 0.001
+    assert second["final_metrics"] != first["final_metrics"]  # other weights, other figures
+
+    longer = {**lr, "trainer": {**TINY_RECIPE["trainer"], "max_steps": 6}}
+    third = _train(spec, tmp_path, **longer)  # the cosine total changes: another run
+    assert third["resumed_from"] is None and third["steps"] == 6
+    assert len(list(tmp_path.glob("work.stale-*"))) == 2
+
+
+def test_operational_recipe_keys_resume_and_keep_the_recipe_hash(tmp_path):
+    """Loader workers and diagnostics cannot change the weights: a run whose only change is
+    one of OPERATIONAL_KEYS resumes (a finished one trains 0 steps) and its recipe hash stays."""
+    spec = make_tiny_run(tmp_path / "data")
+    first = _train(spec, tmp_path)
+    batching = {**TINY_RECIPE["batching"], "num_workers": 1}
+    diagnostics = {"num_decode_utterances": 1, "spike_window": 7}
+    again = _train(spec, tmp_path, batching=batching, diagnostics=diagnostics)
+    assert again["resumed_from"] is not None and again["steps"] == 4
+    assert again["hashes"]["recipe"] == first["hashes"]["recipe"]
+    assert not list(tmp_path.glob("work.stale-*"))
+    assert {k.split(".")[0] for k in OPERATIONAL_KEYS} == {"batching", "diagnostics"}

@@ -3,8 +3,8 @@
 The contract is a :class:`~asrflow.text.TextNormalization`: reference and hypothesis are both
 passed through :func:`asrflow.text.normalize` with it (case, punctuation, whitespace, accepted
 alternative spellings), then aligned by jiwer. Every result records
-:meth:`TextNormalization.sha256`, so numbers produced under different contracts are never ranked
-together.
+:func:`contract_sha256` (the normalization and :data:`SCORING_VERSION`), so numbers produced
+under different contracts, or by different versions of this scorer, are never ranked together.
 
 Counting rules:
 
@@ -36,9 +36,16 @@ from typing import Any
 
 import jiwer
 
+from asrflow.hashing import sha256_json
 from asrflow.io import atomic_output, write_text
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
+
+SCORING_VERSION = 1
+"""The version of this scoring implementation (as sacreBLEU's signature carries its version).
+Bump it with every change to how errors are counted or strings are compared: it is part of
+:func:`contract_sha256`, so figures from two scorers are never ranked together, and a rule
+param of ``evaluate``, so a bump reruns every evaluation (and selection and the report)."""
 
 MISSING_SLICE = "(none)"
 """Slice value of utterances that lack the slice field."""
@@ -58,6 +65,11 @@ UTTERANCE_COLUMNS = (
     "char_errors",
 )
 """Leading columns of :func:`write_utterances_csv`; slice fields follow, sorted."""
+
+
+def contract_sha256(contract: TextNormalization) -> str:
+    """The scoring contract's digest: its normalization and :data:`SCORING_VERSION`."""
+    return sha256_json({"normalization": contract.to_dict(), "scoring_version": SCORING_VERSION})
 
 
 @dataclass(frozen=True)

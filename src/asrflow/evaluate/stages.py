@@ -16,11 +16,13 @@ adds rows to the comparison instead of overwriting these.
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,14 +32,17 @@ from asrflow.data.cuts import field, load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
 from asrflow.evaluate.scoring import (
+    SCORING_VERSION,
     by_slice,
+    contract_sha256,
     pooled,
     score_utterance,
     write_alignments,
     write_utterances_csv,
 )
+from asrflow.evaluate.shared import decode_key, evaluate_once
 from asrflow.hashing import sha256_file
-from asrflow.io import write_json
+from asrflow.io import read_json, write_json
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
 
@@ -103,7 +108,7 @@ def evaluate_artifact(
     write_alignments(
         scores,
         alignments_txt,
-        header=f"{run} {artifact} on {eval_set}; scoring contract {contract.sha256()}",
+        header=f"{run} {artifact} on {eval_set}; scoring contract {contract_sha256(contract)}",
     )
     totals = pooled(scores)
     summary: dict[str, Any] = {
@@ -115,7 +120,8 @@ def evaluate_artifact(
         "package_files": dict(model.manifest["files"]),
         "eval_cuts_sha256": sha256_file(cuts_path),
         "contract": contract.to_dict(),
-        "contract_sha256": contract.sha256(),
+        "contract_sha256": contract_sha256(contract),
+        "scoring_version": SCORING_VERSION,
         **totals,
         "slices": by_slice(scores, slice_fields),
         "empty_hypotheses": sum(1 for s in scores if not s.hyp_norm),
@@ -182,6 +188,27 @@ def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return platform.processor() or platform.machine()
+
+
+def evaluate_artifact_once(
+    package: Pathlike, cuts_path: Pathlike, *, cache_dir: Pathlike, **kwargs: Any
+) -> dict[str, Any]:
+    """:func:`evaluate_artifact`, decoding identical weights only once per eval set, contract
+    and decoding settings (:mod:`asrflow.evaluate.shared`; decodes kept in ``cache_dir``)."""
+    key = decode_key(
+        package, cuts_path, kwargs["contract"], kwargs["decoding"], kwargs.get("word_lm")
+    )
+    outputs = {k: kwargs.pop(k) for k in ("summary_path", "utterances_csv", "alignments_txt")}
+    return evaluate_once(
+        functools.partial(evaluate_artifact, package, cuts_path, **kwargs),
+        key,
+        cache_dir,
+        run=kwargs["run"],
+        artifact=kwargs["artifact"],
+        eval_set=kwargs["eval_set"],
+        package_files=read_json(Path(package) / "package.json")["files"],
+        **outputs,
+    )
 
 
 def decoding_from_config(evaluation: Mapping[str, Any]) -> Decoding:

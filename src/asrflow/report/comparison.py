@@ -87,6 +87,8 @@ COLUMNS = (
     "decoding",
     "device",
     "evaluated_at",
+    "decoded_by",
+    "code_changed",
     *HASHES,
     "effective_batch_seconds",
     "update_budget",
@@ -190,9 +192,21 @@ def _eval_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
             "decoding": decoding_text(summary.get("decoding")),
             "device": summary.get("device"),
             "evaluated_at": summary.get("evaluated_at"),
+            "decoded_by": decoded_by(summary),
+            "code_changed": ", ".join(summary.get("code_changed") or []) or None,
         }
     )
     return row
+
+
+def decoded_by(summary: Mapping[str, Any]) -> str | None:
+    """``run/artifact`` whose decode an evaluation shares (the same weights: decoded once,
+    :mod:`asrflow.evaluate.shared`); ``None`` for an evaluation that decoded itself."""
+    by = summary.get("decoded_by") or {}
+    own = (summary.get("run"), summary.get("artifact"), summary.get("eval_set"))
+    if not by or (by.get("run"), by.get("artifact"), by.get("eval_set")) == own:
+        return None
+    return f"{by.get('run')}/{by.get('artifact')}"
 
 
 def _is_selected(summary: Mapping[str, Any], selection: Mapping[str, Any] | None) -> bool:
@@ -360,10 +374,32 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
             "data sha": df["data_sha256"].map(_short),
             "tokenizer sha": df["tokenizer_sha256"].map(_short),
             "contract sha": df["contract_sha256"].map(_short),
+            "recipe sha": df["recipe_sha256"].map(_short),
             "budget": df["update_budget"].map(_text),
+            "notes": [_notes(r) for r in df.itertuples()],
         }
     )
     return out.reset_index(drop=True)
+
+
+def _notes(row: Any) -> str:
+    notes = []
+    if not _missing(row.decoded_by):
+        notes.append(f"same weights as {row.decoded_by}: decoded once")
+    if not _missing(row.code_changed):
+        notes.append(f"code changed since: {row.code_changed}")
+    return "; ".join(notes)
+
+
+def code_notes(df: pd.DataFrame) -> list[str]:
+    """A warning when current rows were made by asrflow code that has changed since."""
+    changed = df[df["current"] & df["code_changed"].map(lambda v: not _missing(v))]
+    if changed.empty:
+        return []
+    return [
+        f"{len(changed)} current row(s) were made by code that has changed since (see their "
+        "notes; `asrflow status` lists every artifact): force a rerun of their rules to refresh"
+    ]
 
 
 def _md_cell(text: str) -> str:
@@ -392,6 +428,7 @@ def report_markdown(df: pd.DataFrame) -> str:
         lines.append("")
     elif contracts:
         lines += [f"Scoring contract: `{contracts[0]}` (all current results).", ""]
+    lines += [f"> {n}\n" for n in code_notes(df)]
     current = df[df["current"] & (df["eval_set"] != NONE)]
     lines += ["## Results", ""]
     if current.empty:
@@ -471,6 +508,7 @@ def report_html(df: pd.DataFrame) -> str:
         intro = f"<p>Scoring contract: <code>{html.escape(contracts[0])}</code></p>"
     else:
         intro = ""
+    intro += "".join(f'<div class="warning">{html.escape(n)}</div>' for n in code_notes(df))
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"

@@ -10,8 +10,11 @@ from pathlib import Path
 import pandas as pd
 
 from asrflow.io import read_json
+from asrflow.layout import prov
+from asrflow.provenance import InvalidRecord, read_record
 from asrflow.report.comparison import comparison_table, load_archive, write_report_tables
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
+from asrflow.status import changed_code
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -28,11 +31,23 @@ def build_report(
     html_path: Pathlike,
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
-    (``archive_dir``, kept by artifact hash) included."""
-    trains = {s["run"]: s for s in map(read_json, train_summaries)}
+    (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
+    asrflow modules that trained or evaluated it and differ in this checkout now."""
+    trains: dict[str, dict] = {}
+    train_code: dict[str, list[str]] = {}
+    for path in train_summaries:
+        summary = read_json(path)
+        trains[summary["run"]] = summary
+        train_code[summary["run"]] = _changed_code(path)
     selected = {s["run"]: s for s in map(read_json, selections)}
     archived = load_archive(archive_dir) if archive_dir and Path(archive_dir).is_dir() else []
-    df = comparison_table(trains, [read_json(p) for p in evaluations], selected, archived)
+    evals = []
+    for path in evaluations:
+        summary = read_json(path)
+        changed = train_code.get(summary.get("run"), []) + _changed_code(path)
+        summary["code_changed"] = sorted(set(changed))
+        evals.append(summary)
+    df = comparison_table(trains, evals, selected, archived)
     write_report_tables(df, csv_path, md_path, html_path)
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
@@ -41,6 +56,18 @@ def build_report(
         int((~df["current"].astype(bool)).sum()) if "current" in df else 0,
     )
     return df
+
+
+def _changed_code(output: Pathlike) -> list[str]:
+    """The asrflow modules (and script) that made ``output`` and differ in this checkout now
+    (from its provenance record; none when it has no record)."""
+    record = Path(prov(str(output)))
+    if not record.is_file():
+        return []
+    try:
+        return changed_code(read_record(record))
+    except InvalidRecord:
+        return []
 
 
 def learning_curves(artifacts: Pathlike, out_png: Pathlike, run: str) -> None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,13 @@ def average_name(monitor: str, k: int) -> str:
     return f"{monitor.replace('/', '.')}.ave_{k}best"
 
 
+def step_of(checkpoint: Pathlike) -> int | None:
+    """The optimizer step in a top-k checkpoint's name (``valid.loss.step0001250.ckpt`` ->
+    1250); ``None`` for a name without one (``last.ckpt``)."""
+    m = re.search(r"\.step(\d+)\.ckpt$", Path(checkpoint).name)
+    return int(m.group(1)) if m else None
+
+
 def topk_checkpoints(summary: Mapping[str, Any], monitor: str) -> list[tuple[str, float]]:
     """The kept checkpoints of a run for ``monitor``, as ``(file name, score)``, best first.
 
@@ -228,8 +236,8 @@ def average_checkpoints(
     ``scores`` their scores, for the record. The output (no ``model.`` prefix, loadable by
     ``model.load_state_dict``) is written atomically. Returns the record::
 
-        {"monitor", "k", "inputs": [{"path", "sha256", "score"?}], "output", "output_sha256",
-         "rule"}
+        {"monitor", "k", "inputs": [{"path", "sha256", "step", "score"?}], "output",
+         "output_sha256", "rule"}
     """
     paths = [Path(p) for p in paths]
     if len(paths) != k:
@@ -256,7 +264,7 @@ def average_checkpoints(
         torch.save(average, f)
     inputs: list[dict[str, Any]] = []
     for i, p in enumerate(paths):
-        item: dict[str, Any] = {"path": str(p), "sha256": sha256_file(p)}
+        item: dict[str, Any] = {"path": str(p), "sha256": sha256_file(p), "step": step_of(p)}
         if scores is not None:
             item["score"] = float(scores[i])
         inputs.append(item)

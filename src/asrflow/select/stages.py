@@ -103,7 +103,12 @@ def export_run_artifact(
         tokens_txt=tokens,
         out_dir=out_dir,
         artifact=artifact,
-        provenance={"run_summary": str(summary), "source": str(source)},
+        provenance={
+            "run_summary": str(summary),
+            "source": str(source),
+            # what the weights were trained from: the recipe, data, tokenizer and start weights
+            "run_hashes": read_json(summary).get("hashes"),
+        },
     )
 
 

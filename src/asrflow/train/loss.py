@@ -31,8 +31,7 @@ import torch
 import torch.distributed as dist
 
 from asrflow.errors import AsrflowError
-
-NORMALIZATIONS = ("token", "utterance")
+from asrflow.train.recipe import NORMALIZATIONS
 
 
 def per_token(

@@ -22,11 +22,9 @@ Units (Lightning semantics):
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import NoneType, UnionType
 from typing import Any, NoReturn
@@ -34,8 +32,7 @@ from typing import Any, NoReturn
 import yaml
 
 from asrflow.errors import AsrflowError
-from asrflow.train.loss import NORMALIZATIONS
-from asrflow.train.schedule import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
+from asrflow.hashing import sha256_json
 from asrflow.types import Pathlike, Seconds
 
 log = logging.getLogger(__name__)
@@ -43,6 +40,47 @@ log = logging.getLogger(__name__)
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 MODES = ("min", "max")
+NORMALIZATIONS = ("token", "utterance")
+"""``loss.normalization``: per target token, or per utterance (:mod:`asrflow.train.loss`)."""
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SCHEDULERS = ("warmup_cosine",)
+
+
+def warmup_steps(scheduler_cfg: SchedulerConfig, max_steps: int) -> int:
+    """Warmup length in optimizer steps.
+
+    ``warmup`` is a fraction of ``max_steps`` when it is a float below 1 (rounded, at least 1
+    step) or a number of steps when it is an integer >= 1. ``warmup: 0`` means 1 step (the first
+    update already runs at the peak rate).
+    """
+    w = scheduler_cfg.warmup
+    if isinstance(w, bool) or not isinstance(w, int | float) or w < 0:
+        raise AsrflowError(
+            f"scheduler.warmup must be a fraction in [0, 1) or a whole number of steps, got {w!r}"
+        )
+    if isinstance(w, float):
+        if w >= 1.0:
+            raise AsrflowError(
+                f"scheduler.warmup ({w}) is a float >= 1; write a fraction of trainer.max_steps "
+                "below 1 (e.g. 0.02) or a whole number of steps without a decimal point (e.g. 500)"
+            )
+        return max(1, round(w * max_steps))
+    return max(1, w)
+
+
+def total_steps(scheduler_cfg: SchedulerConfig, max_steps: int) -> int:
+    """Steps at which the schedule reaches its end: ``trainer.max_steps`` unless given (equal)."""
+    given = scheduler_cfg.total_steps
+    if given is None:
+        return max_steps
+    if given != max_steps:
+        raise AsrflowError(
+            f"scheduler.total_steps ({given}) != trainer.max_steps ({max_steps}): the scheduler "
+            "would not reach its end where training stops; remove scheduler.total_steps "
+            "or make them equal"
+        )
+    return given
+
 
 ESPNET_SUPERSEDED_KEYS: dict[str, str] = {
     "optim_conf": "optim (e.g. optim: {name: adam, lr: 0.002})",
@@ -217,8 +255,88 @@ class Recipe:
 
     def sha256(self) -> str:
         """Hex SHA-256 of the canonical JSON of :meth:`to_dict` (sorted keys, compact)."""
-        text = json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return sha256_json(self.to_dict())
+
+    def identity(self) -> dict[str, Any]:
+        """What the trained weights depend on: :meth:`to_dict` without
+        :data:`OPERATIONAL_KEYS`, keys sorted at every level (a canonical form: comments, key
+        order and number spelling of the YAML never show)."""
+        return canonical(without_keys(self.to_dict(), OPERATIONAL_KEYS))
+
+    def operational(self) -> dict[str, Any]:
+        """The :data:`OPERATIONAL_KEYS` settings of this recipe, nested as in the recipe."""
+        d = self.to_dict()
+        out: dict[str, Any] = {}
+        for path in sorted(OPERATIONAL_KEYS):
+            section, key = path.split(".")
+            out.setdefault(section, {})[key] = d[section][key]
+        return out
+
+    def identity_sha256(self) -> str:
+        """Hex SHA-256 of :meth:`identity`: the recipe hash a run summary records."""
+        return sha256_json(self.identity())
+
+
+OPERATIONAL_KEYS: frozenset[str] = frozenset(
+    {
+        # Lhotse's sampler runs in the main process; workers only load the audio of its batches
+        "batching.num_workers",
+        # what the diagnostics decode, flag and warn about; never a gradient
+        "diagnostics.num_decode_utterances",
+        "diagnostics.spike_factor",
+        "diagnostics.spike_window",
+        "diagnostics.blank_warning_after_warmup",
+    }
+)
+"""The recipe keys that cannot change the trained weights, the checkpoints kept or how a run
+ends: the one list. They are left out of :meth:`Recipe.identity` (the run's recipe hash, its work
+directory's identity and what reruns its training), so changing one resumes a run instead of
+starting it again. Every other key counts, ``trainer.max_steps`` included: the cosine schedule's
+total is ``max_steps``, so a longer budget is another run (to train a finished model further,
+start a new run from its export with ``runs.<run>.init``)."""
+
+
+def without_keys(data: Mapping[str, Any], dotted: frozenset[str]) -> dict[str, Any]:
+    """``data`` without the ``section.key`` entries named in ``dotted`` (a deep copy)."""
+    out = copy.deepcopy(dict(data))
+    for path in dotted:
+        section, key = path.split(".")
+        if isinstance(out.get(section), dict):
+            out[section].pop(key, None)
+    return out
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with mapping keys sorted at every level and tuples as lists, so that equal
+    settings have one ``repr`` (Snakemake compares params by theirs) and one JSON form."""
+    if isinstance(value, Mapping):
+        return {str(k): canonical(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return value
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
+
+
+def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two recipes' data."""
+    a, b = flatten(old), flatten(new)
+    missing = "(unset)"
+    return [
+        f"{k}: {a.get(k, missing)!r} -> {b.get(k, missing)!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, missing) != b.get(k, missing)
+    ]
 
 
 def _plain(value: Any) -> Any:
@@ -236,11 +354,34 @@ def deep_merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[st
     return merged
 
 
-def load_recipe(path: Pathlike, overrides: Mapping[str, Any] | None = None) -> Recipe:
+def load_recipe(
+    path: Pathlike | Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    source: str | None = None,
+) -> Recipe:
     """Read a recipe YAML, deep-merge ``overrides`` over it, parse and :func:`check_recipe` it.
+
+    ``path`` may also be recipe data already read (what the train rules pass: the recipe's
+    :meth:`Recipe.identity` merged with its :meth:`Recipe.operational` settings).
 
     Example: ``load_recipe(p, {"trainer": {"max_steps": 10}, "encoder_conf": {"num_blocks": 1}})``.
     """
+    if isinstance(path, Mapping):
+        data: Any = path
+        source = source or "recipe"
+    else:
+        data = read_recipe_yaml(path)
+        source = source or str(path)
+    if overrides:
+        data = deep_merge(data, overrides)
+    recipe = recipe_from_dict(data, source=source)
+    check_recipe(recipe, source=source)
+    return recipe
+
+
+def read_recipe_yaml(path: Pathlike) -> Mapping[str, Any]:
+    """The data of a recipe YAML (a mapping), or an :class:`AsrflowError` naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
@@ -253,11 +394,18 @@ def load_recipe(path: Pathlike, overrides: Mapping[str, Any] | None = None) -> R
             f"recipe {path}: expected a mapping of ESPnet and asrflow keys, got "
             f"{type(data).__name__}"
         )
-    if overrides:
-        data = deep_merge(data, overrides)
-    recipe = recipe_from_dict(data, source=str(path))
-    check_recipe(recipe, source=str(path))
-    return recipe
+    return data
+
+
+AUDIT_SECTIONS = ("batching", "loss", "augmentation")
+"""What the batch audit reads of a recipe (its sampler, the loss normalization it warns about,
+the speed-perturbed copies it samples): the only sections that rerun it."""
+
+
+def recipe_sections(data: Mapping[str, Any], sections: Sequence[str]) -> Recipe:
+    """A :class:`Recipe` of only ``sections`` of ``data`` (the others at their defaults, no
+    model; not checked: for a step that reads a few sections of a recipe checked elsewhere)."""
+    return recipe_from_dict({k: v for k, v in data.items() if k in sections}, source="recipe")
 
 
 def recipe_from_dict(data: Mapping[str, Any], source: str = "recipe") -> Recipe:

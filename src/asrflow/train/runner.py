@@ -51,14 +51,17 @@ from asrflow.train.cluster import (
     threads_per_rank,
 )
 from asrflow.train.recipe import (
+    AUDIT_SECTIONS,
     Recipe,
-    check_recipe,
+    deep_merge,
     effective_batch_seconds,
     load_recipe,
+    read_recipe_yaml,
+    recipe_sections,
     trainer_kwargs,
     update_budget,
+    warmup_steps,
 )
-from asrflow.train.schedule import warmup_steps
 from asrflow.train.workdir import claim_work_dir, run_identity
 from asrflow.types import Pathlike
 
@@ -73,7 +76,8 @@ class RunSpec:
     """Everything a training run reads; paths are files made by earlier rules."""
 
     name: str
-    recipe: Pathlike
+    recipe: Pathlike | Mapping[str, Any]
+    """A recipe YAML, or recipe data already read (the train rules pass its canonical form)."""
     train_cuts: Sequence[Pathlike]
     dev_cuts: Pathlike
     bpe_model: Pathlike
@@ -88,6 +92,8 @@ class RunSpec:
     max_dev_cuts: int | None = None
     init: Mapping[str, Any] | None = None
     """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
+    recipe_name: str | None = None
+    """``runs.<run>.recipe``, for the summary (``recipe`` may be data without a name)."""
 
 
 def spec_to_json(spec: RunSpec) -> str:
@@ -98,6 +104,18 @@ def spec_to_json(spec: RunSpec) -> str:
 def spec_from_json(text: str) -> RunSpec:
     """The :class:`RunSpec` :func:`spec_to_json` wrote."""
     return RunSpec(**json.loads(text))
+
+
+def spec_recipe(spec: RunSpec) -> Recipe:
+    """The run's recipe: its file (or data) with the overrides merged in, checked."""
+    where = spec.recipe_name or (spec.recipe if not isinstance(spec.recipe, Mapping) else "recipe")
+    return load_recipe(spec.recipe, spec.overrides, source=f"{where} (run {spec.name})")
+
+
+def spec_recipe_data(spec: RunSpec) -> dict[str, Any]:
+    """The run's recipe data (its file read, or the data given) with the overrides merged in."""
+    data = spec.recipe if isinstance(spec.recipe, Mapping) else read_recipe_yaml(spec.recipe)
+    return deep_merge(data, spec.overrides)
 
 
 def model_sample_rate(frontend_conf: Mapping[str, Any] | None) -> int:
@@ -116,7 +134,7 @@ def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
         "dev_cuts": sha256_file(spec.dev_cuts),
         "bpe_model": sha256_file(spec.bpe_model),
         "tokens": sha256_file(spec.tokens),
-        "recipe": recipe.sha256(),
+        "recipe": recipe.identity_sha256(),
         "normalization": TextNormalization.from_dict(spec.normalization).sha256(),
         "start_weights": None,
     }
@@ -353,14 +371,14 @@ def train_run(
 
     work, out = Path(work_dir), Path(out_dir)
     work.mkdir(parents=True, exist_ok=True)
-    recipe = load_recipe(spec.recipe, spec.overrides)
-    check_recipe(recipe, source=f"{spec.recipe} (run {spec.name})")
+    recipe = spec_recipe(spec)
     budget = update_budget(recipe)
     summary: dict[str, Any] = {
         "run": spec.name,
         "status": "running",
         "failure": None,
-        "recipe": str(spec.recipe),
+        "recipe": spec.recipe_name or str(spec.recipe),
+        "recipe_settings": recipe.identity(),
         "overrides": dict(spec.overrides),
         "update_budget": budget,
         "effective_batch_seconds": effective_batch_seconds(recipe),
@@ -538,22 +556,22 @@ def spec_from_inputs(
     inputs: Mapping[str, Any],
     *,
     normalization: Mapping[str, Any],
-    overrides: Mapping[str, Any],
+    recipe: Mapping[str, Any],
     weights: Sequence[float] | None = None,
     **extra: Any,
 ) -> RunSpec:
     """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``dev``, ``bpe_model``,
-    ``tokens``, ``recipe``)."""
+    ``tokens``) and its recipe params (:func:`asrflow.layout.recipe_params`)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     return RunSpec(
         name=name,
-        recipe=str(inputs["recipe"]),
+        recipe=deep_merge(recipe["settings"], recipe["operational"]),
+        recipe_name=recipe["name"],
         train_cuts=train,
-        dev_cuts=str(inputs["dev"]),
+        dev_cuts=str(inputs.get("dev", "")),  # the batch audit reads no dev cuts
         bpe_model=str(inputs["bpe_model"]),
         tokens=str(inputs["tokens"]),
         normalization=normalization,
-        overrides=overrides,
         train_weights=weights,
         **extra,
     )
@@ -566,8 +584,7 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
     from asrflow.data.cuts import save_cuts
     from asrflow.train.audit import audit_batches
 
-    recipe = load_recipe(spec.recipe, spec.overrides)
-    check_recipe(recipe, source=f"{spec.recipe} (run {spec.name})")
+    recipe = recipe_sections(spec_recipe_data(spec), AUDIT_SECTIONS)
     with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
         cuts_path = spec.train_cuts[0]
         if len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:

@@ -23,48 +23,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from asrflow.errors import AsrflowError
+from asrflow.train.recipe import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
 
 if TYPE_CHECKING:
-    from asrflow.train.recipe import OptimConfig, Recipe, SchedulerConfig
-
-OPTIMIZERS = ("adamw", "adam", "sgd")
-SCHEDULERS = ("warmup_cosine",)
-
-
-def warmup_steps(scheduler_cfg: SchedulerConfig, max_steps: int) -> int:
-    """Warmup length in optimizer steps.
-
-    ``warmup`` is a fraction of ``max_steps`` when it is a float below 1 (rounded, at least 1
-    step) or a number of steps when it is an integer >= 1. ``warmup: 0`` means 1 step (the first
-    update already runs at the peak rate).
-    """
-    w = scheduler_cfg.warmup
-    if isinstance(w, bool) or not isinstance(w, int | float) or w < 0:
-        raise AsrflowError(
-            f"scheduler.warmup must be a fraction in [0, 1) or a whole number of steps, got {w!r}"
-        )
-    if isinstance(w, float):
-        if w >= 1.0:
-            raise AsrflowError(
-                f"scheduler.warmup ({w}) is a float >= 1; write a fraction of trainer.max_steps "
-                "below 1 (e.g. 0.02) or a whole number of steps without a decimal point (e.g. 500)"
-            )
-        return max(1, round(w * max_steps))
-    return max(1, w)
-
-
-def total_steps(scheduler_cfg: SchedulerConfig, max_steps: int) -> int:
-    """Steps at which the schedule reaches its end: ``trainer.max_steps`` unless given (equal)."""
-    given = scheduler_cfg.total_steps
-    if given is None:
-        return max_steps
-    if given != max_steps:
-        raise AsrflowError(
-            f"scheduler.total_steps ({given}) != trainer.max_steps ({max_steps}): the scheduler "
-            "would not reach its end where training stops; remove scheduler.total_steps "
-            "or make them equal"
-        )
-    return given
+    from asrflow.train.recipe import OptimConfig, Recipe
 
 
 @dataclass

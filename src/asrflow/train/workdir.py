@@ -1,18 +1,19 @@
-"""Whose work directory is this? A run resumes only from state trained on the same inputs.
+"""Whose work directory is this? A run resumes only from state trained exactly as it now says.
 
 ``results/work/<run>/`` outlives failed and killed jobs so that a rerun resumes from
-``checkpoints/last.ckpt``. But Snakemake also reruns training when the run's *inputs* changed (a
-data revision, another tokenizer, an edited recipe, other start weights), and resuming then would
-continue a model trained on the old inputs while the summary records the new hashes. So the work
-directory carries ``identity.json`` (:func:`run_identity`): the hashes of the train and dev data,
-the tokenizer, the text normalization, the model and loss sections of the recipe and the init
-spec. A run whose identity differs moves the old directory aside to ``<run>.stale-<UTC time>``
-(nothing is deleted) and starts fresh; a run with the same identity resumes.
-
-The trainer, optimizer, scheduler and batching sections are *not* part of the identity: raising
-``max_steps`` (or changing the learning rate) of a finished or killed run resumes it and trains on
-from its last checkpoint, as ESPnet's and NeMo's resume do; the summary records the recipe as it
-is now. Start such a run from scratch by deleting (or renaming) its work directory.
+``checkpoints/last.ckpt``. But Snakemake also reruns training when what it trains from changed
+(a data revision, another tokenizer, an edited recipe, other start weights), and resuming then
+would continue (or, for a finished run, merely re-describe) weights trained another way while
+the summary records the new hashes. So the work directory carries ``identity.json``
+(:func:`run_identity`): the hashes of the train and dev data, the tokenizer and the text
+normalization, the init spec, and every recipe setting that can change the weights
+(:meth:`~asrflow.train.recipe.Recipe.identity`: model, loss, optimizer, scheduler,
+``trainer.max_steps``, batching, augmentation, seeds, precision, devices, checkpoint criteria).
+A run whose identity differs moves the old directory aside to ``<run>.stale-<UTC time>``
+(nothing is deleted), logs which keys changed, and starts fresh; a run with the same identity
+resumes. The few recipe keys that cannot change the weights
+(:data:`~asrflow.train.recipe.OPERATIONAL_KEYS`: loader workers, diagnostics) are not part of
+it.
 
 Under DDP only global rank 0 (:func:`asrflow.train.cluster.launched_rank`) moves and claims the
 directory; the other ranks wait until the identity file says the directory is theirs.
@@ -31,6 +32,7 @@ from typing import Any
 
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json
+from asrflow.train.recipe import changed_keys
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +54,10 @@ def run_identity(
     ``hashes`` is the run summary's (train/dev cuts, BPE model, token list, normalization),
     ``recipe`` a :class:`~asrflow.train.recipe.Recipe`.
     """
-    import hashlib
-
-    canonical = json.dumps(
-        {"model": recipe.model, "loss": recipe.to_dict().get("loss")}, sort_keys=True, default=str
-    )
     keep = ("train_cuts", "dev_cuts", "bpe_model", "tokens", "normalization")
     return {
         **{k: hashes.get(k) for k in keep},
-        "model": hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        "recipe": recipe.identity(),
         "init": dict(init) if init else None,
     }
 
@@ -93,6 +90,9 @@ def claim_work_dir(
     if has_state and current != identity:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         moved = work.with_name(f"{work.name}.stale-{stamp}")
+        n = 1
+        while moved.exists():  # two changes within a second
+            moved, n = work.with_name(f"{work.name}.stale-{stamp}-{n}"), n + 1
         os.replace(work, moved)
         log.warning(
             "%s holds a run trained from other inputs (%s); moved it to %s and starting fresh "
@@ -107,7 +107,16 @@ def claim_work_dir(
 
 
 def _difference(old: Any, new: Mapping[str, Any]) -> str:
+    """Which identity entries differ, recipe settings named one by one with both values."""
     if not isinstance(old, Mapping):
         return f"no readable {IDENTITY}"
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    return "changed: " + ", ".join(changed)
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        a, b = old.get(key), new.get(key)
+        if key == "recipe" and isinstance(a, Mapping) and isinstance(b, Mapping):
+            changed += [f"recipe {c}" for c in changed_keys(a, b)]
+        else:
+            changed.append(key)
+    return "changed: " + "; ".join(changed)

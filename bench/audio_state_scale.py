@@ -1,0 +1,77 @@
+"""Benchmark: how long the DAG build spends noticing (or not) that audio changed after import.
+
+Each time Snakemake builds the DAG, :func:`asrflow.data.audio_state.refresh_audio_state` checks
+every audio file an import read against its provenance record, through the hash cache (stat
+only, unless a file's size/mtime/inode moved). The issue's target: 100k unchanged files in
+under 2 s on this 2-core machine. Prints, for ``--files`` small files (default 100,000)::
+
+    uv run python bench/audio_state_scale.py --workdir /tmp/asrflow-audio-state
+
+- ``first``: the first check after the import (the hash cache already holds every file, as
+  after the import job, which hashed them for its record);
+- ``unchanged``: the check every later DAG build makes (median of ``--rounds``);
+- ``touched``: every file's mtime moved, content the same (each is re-read and found equal);
+- ``one changed``: one file rewritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from asrflow.data.audio_state import refresh_audio_state
+from asrflow.hashing import HashCache
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/asrflow-audio-state"))
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    audio_dir = args.workdir / "audio"
+    audio_dir.mkdir(parents=True, exist_ok=True)
+    paths = [audio_dir / f"{i:06d}.wav" for i in range(args.files)]
+    for i, p in enumerate(paths):
+        if not p.is_file():
+            p.write_bytes(i.to_bytes(4, "little") * 1000)  # 4 kB, distinct
+    cache = HashCache(args.workdir / "cache.sqlite")
+    digests = cache.sha256_many(paths)  # what the import job's record hashed
+    record = args.workdir / "imported.jsonl.gz.prov.json"
+    record.write_text(json.dumps({"extra_inputs": {"audio": digests}}))
+    state = args.workdir / "state.json"
+    state.unlink(missing_ok=True)
+
+    def check() -> None:
+        refresh_audio_state(state, record, HashCache(args.workdir / "cache.sqlite"))
+
+    rows = [("first", timed(check))]
+    rows.append(("unchanged", statistics.median(timed(check) for _ in range(args.rounds))))
+    before = state.read_text()
+    now = time.time()
+    for p in paths:
+        os.utime(p, (now, now))
+    rows.append(("touched", timed(check)))
+    assert state.read_text() == before, "a touched file must not count as changed"
+    paths[0].write_bytes(b"changed")
+    rows.append(("one changed", timed(check)))
+    assert state.read_text() != before
+    paths[0].write_bytes((0).to_bytes(4, "little") * 1000)
+    print(f"{args.files} audio files, {os.cpu_count()} CPU(s)")
+    print(f"{'check':<12} {'seconds':>8}")
+    for name, seconds in rows:
+        print(f"{name:<12} {seconds:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Audio that changed after its import reruns the import, without re-reading unchanged audio.
+
+Snakemake sees a split's manifest, not the audio files it names: a WAV rewritten or truncated
+after the import would otherwise go unnoticed until ``asrflow verify`` re-reads everything. The
+import's provenance record lists every audio file with its SHA-256 (``extra_inputs.audio``).
+Each time the DAG is built, :func:`refresh_audio_state` compares them with the files as they are
+now, through the hash cache (:class:`~asrflow.hashing.HashCache`: a file whose size, mtime and
+inode are as when it was last hashed is not read again), and keeps a small *audio state* file,
+an input of the import rule (``results/data/<corpus>/audio_state/<split>.json``):
+
+- no import yet: the file is created (``{"audio_sha256": null}``);
+- every file as the last import read it (a touched file is re-hashed and found equal): the file
+  is left alone, whatever it holds, so nothing reruns;
+- some file differs from the record, or is gone: the file is rewritten with the digest of the
+  audio as it is now. It is newer than the import's output, so Snakemake reruns that import,
+  and whatever its new cuts change after it; that import's record matches the files again.
+  (A change undone before the import ran leaves the newer file behind: one import more, with
+  the same output, so nothing after it reruns.)
+
+It is written atomically and only when its content changes, so a dry run (``snakemake -n``)
+that noticed a change leaves the same file the real run then finds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from asrflow.hashing import HashCache, combine_tree
+from asrflow.io import dumps_json, write_text
+from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
+
+AUDIO = "audio"
+"""The extra-inputs name under which an import's record lists its audio."""
+
+MISSING = "missing"
+
+
+def recorded_audio(record_path: Pathlike) -> dict[str, str] | None:
+    """``{audio path: sha256}`` of the import a record describes; ``None`` without a usable
+    record (no import yet, or a record from before audio was listed)."""
+    try:
+        record = json.loads(Path(record_path).read_text(encoding="utf-8"))
+        audio = record["extra_inputs"][AUDIO]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(audio) if isinstance(audio, dict) else None
+
+
+def audio_digest(recorded: dict[str, str], cache: HashCache) -> tuple[str, list[str]]:
+    """(digest of the recorded audio files as they are now, the files that differ from the
+    record)."""
+    paths = sorted(recorded)
+    present = [p for p in paths if os.path.isfile(p)]
+    now: dict[str, Any] = dict.fromkeys(paths, MISSING)
+    now.update(cache.sha256_many(present))
+    changed = [p for p in paths if now[p] != recorded[p]]
+    return combine_tree((p, now[p]) for p in paths), changed
+
+
+def refresh_audio_state(
+    state_path: Pathlike, record_path: Pathlike, cache: HashCache | None = None
+) -> Path:
+    """Create or update ``state_path`` (see the module docstring); returns it."""
+    state_path = Path(state_path)
+    try:
+        old = json.loads(state_path.read_text(encoding="utf-8"))["audio_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        old = MISSING
+    recorded = recorded_audio(record_path)
+    if recorded is None:
+        if old == MISSING:
+            _write(state_path, None)
+        return state_path
+    own = cache is None
+    cache = cache or HashCache()
+    try:
+        digest, changed = audio_digest(recorded, cache)
+    finally:
+        if own:
+            cache.close()
+    if not changed:
+        if old == MISSING:
+            _write(state_path, digest)
+        return state_path
+    if old != digest:
+        log.warning(
+            "%d audio file(s) changed since %s was made (%s%s): the split is imported again",
+            len(changed),
+            record_path,
+            ", ".join(changed[:3]),
+            ", ..." if len(changed) > 3 else "",
+        )
+        _write(state_path, digest)
+    return state_path
+
+
+def _write(path: Path, digest: str | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, dumps_json({"audio_sha256": digest}))

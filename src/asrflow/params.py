@@ -1,0 +1,52 @@
+"""Rule params that reach a job's script but never rerun it.
+
+Snakemake reruns a job when the ``repr`` of one of its params changed since the outputs were made
+(its ``params`` rerun trigger). Some settings a script needs cannot change what it writes: the
+device and batch size evaluation decodes with, the loader workers of a training run, the
+diagnostics it logs. A rule wraps those in :class:`Operational`; Snakemake's trigger compares only
+plain Python values (``snakemake.persistence``: a param that is not a builtin is left out of the
+comparison), so changing them reruns nothing, while the script reads them like any mapping and
+the provenance record still lists them.
+
+Operational params, rule by rule (``tests/test_rerun.py`` checks that they rerun nothing):
+
+- ``evaluate``: ``evaluation.device``, ``evaluation.batch_seconds`` (and ``evaluation.resources``,
+  which are Snakemake resources, never params);
+- ``audit_batches``, ``smoke_train``, ``train``: the recipe's
+  :data:`~asrflow.train.recipe.OPERATIONAL_KEYS` (loader workers, diagnostics);
+- every rule: ``threads`` and ``resources`` (never params).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+class Operational(Mapping[str, Any]):
+    """A read-only mapping of settings that do not change a job's outputs (see the module doc).
+
+    Deliberately not a ``dict`` subclass: that is what keeps it out of Snakemake's comparison.
+    Its ``repr`` names the keys only, so it may also sit inside a dict param (whose ``repr`` is
+    what Snakemake compares): adding or removing a key reruns, changing a value does not.
+
+    >>> p = Operational({"device": "cpu"})
+    >>> p["device"], dict(p), p
+    ('cpu', {'device': 'cpu'}, Operational(device))
+    """
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values = dict(values or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        # keys only: inside a dict param, Snakemake compares the dict's repr, which holds this
+        return f"Operational({', '.join(map(str, self._values))})"

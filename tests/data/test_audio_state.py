@@ -1,0 +1,87 @@
+"""The audio state file changes exactly when the audio an import read has changed since."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from asrflow.data.audio_state import refresh_audio_state
+from asrflow.hashing import HashCache, sha256_file
+
+
+def _import(tmp_path: Path, n: int = 3) -> tuple[list[Path], Path]:
+    """Audio files and the record an import of them would write."""
+    audio = []
+    for i in range(n):
+        p = tmp_path / "audio" / f"{i}.wav"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i]) * 100)
+        audio.append(p)
+    record = tmp_path / "imported.jsonl.gz.prov.json"
+    record.write_text(
+        json.dumps({"extra_inputs": {"audio": {str(p): sha256_file(p) for p in audio}}})
+    )
+    return audio, record
+
+
+def _state(path: Path) -> tuple[str | None, int]:
+    return json.loads(path.read_text())["audio_sha256"], path.stat().st_mtime_ns
+
+
+def test_first_import_then_unchanged_audio_never_rewrite_the_state(tmp_path):
+    state = tmp_path / "state.json"
+    cache = HashCache(tmp_path / "cache.sqlite")
+    refresh_audio_state(state, tmp_path / "no-record-yet.prov.json", cache)
+    assert _state(state)[0] is None
+    before = _state(state)
+    audio, record = _import(tmp_path)
+    refresh_audio_state(state, record, cache)  # the import ran: its record matches the files
+    os.utime(audio[0])  # touched, content unchanged
+    refresh_audio_state(state, record, cache)
+    assert _state(state) == before
+
+
+def test_changed_audio_rewrites_the_state_once(tmp_path):
+    state = tmp_path / "state.json"
+    cache = HashCache(tmp_path / "cache.sqlite")
+    refresh_audio_state(state, tmp_path / "none.prov.json", cache)
+    audio, record = _import(tmp_path)
+    audio[1].write_bytes(b"truncated")
+    refresh_audio_state(state, record, cache)
+    changed = _state(state)
+    assert changed[0] is not None
+    refresh_audio_state(state, record, cache)  # a dry run, then the real run: the same file
+    assert _state(state) == changed
+    # the import runs again and records the new audio: nothing changes any more
+    record.write_text(
+        json.dumps({"extra_inputs": {"audio": {str(p): sha256_file(p) for p in audio}}})
+    )
+    refresh_audio_state(state, record, cache)
+    assert _state(state) == changed
+
+
+def test_missing_audio_counts_as_changed(tmp_path):
+    state = tmp_path / "state.json"
+    audio, record = _import(tmp_path)
+    refresh_audio_state(state, record)
+    first = _state(state)
+    audio[2].unlink()
+    refresh_audio_state(state, record)
+    assert _state(state)[0] != first[0]
+
+
+def test_after_the_import_that_followed_a_change_nothing_reruns_again(tmp_path):
+    """The import after a change may list other files (an utterance dropped with its audio):
+    its record matches the files, so the state is left as it is (no second import)."""
+    state = tmp_path / "state.json"
+    audio, record = _import(tmp_path)
+    refresh_audio_state(state, record)
+    audio[2].unlink()
+    refresh_audio_state(state, record)
+    changed = _state(state)
+    record.write_text(
+        json.dumps({"extra_inputs": {"audio": {str(p): sha256_file(p) for p in audio[:2]}}})
+    )
+    refresh_audio_state(state, record)
+    assert _state(state) == changed

@@ -1,0 +1,74 @@
+"""Identical weights are decoded once per eval set, contract and decoding settings."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from asrflow.evaluate.shared import evaluate_once
+
+
+def _fake_evaluate(calls: list[str], artifact: str):
+    def evaluate(*, summary_path, utterances_csv, alignments_txt):
+        calls.append(artifact)
+        summary = {"run": "r", "artifact": artifact, "eval_set": "c.dev", "wer": 0.25}
+        summary_path.write_text(json.dumps(summary))
+        utterances_csv.write_text("id,reference\nu1,a b\n")
+        alignments_txt.write_text(f"r {artifact} on c.dev; scoring contract abc\n\nu1\n...\n")
+        return summary
+
+    return evaluate
+
+
+def _evaluate(tmp_path, calls, artifact, key="k1"):
+    out = tmp_path / artifact
+    out.mkdir(exist_ok=True)
+    return evaluate_once(
+        _fake_evaluate(calls, artifact),
+        key,
+        tmp_path / "cache",
+        run="r",
+        artifact=artifact,
+        eval_set="c.dev",
+        package_files={"model.pth": "same", "config.yaml": artifact},
+        summary_path=out / "summary.json",
+        utterances_csv=out / "utterances.csv",
+        alignments_txt=out / "alignments.txt",
+    )
+
+
+def test_the_second_artifact_with_the_same_key_copies_the_first(tmp_path):
+    calls: list[str] = []
+    first = _evaluate(tmp_path, calls, "last")
+    second = _evaluate(tmp_path, calls, "valid.loss.best")
+    assert calls == ["last"]  # decoded once
+    assert (
+        first["decoded_by"]
+        == second["decoded_by"]
+        == {
+            "run": "r",
+            "artifact": "last",
+            "eval_set": "c.dev",
+        }
+    )
+    assert second["artifact"] == "valid.loss.best" and second["wer"] == first["wer"]
+    assert second["package_files"]["config.yaml"] == "valid.loss.best"
+    saved = json.loads((tmp_path / "valid.loss.best" / "summary.json").read_text())
+    assert saved == second
+    alignments = (tmp_path / "valid.loss.best" / "alignments.txt").read_text()
+    assert alignments.startswith("r valid.loss.best on c.dev;") and "u1" in alignments
+    assert (tmp_path / "valid.loss.best" / "utterances.csv").read_text().startswith("id,")
+    _evaluate(tmp_path, calls, "valid.wer.ave_2best", key="k2")  # other weights: decoded
+    assert calls == ["last", "valid.wer.ave_2best"]
+
+
+def test_parallel_jobs_with_one_key_decode_once(tmp_path):
+    calls: list[str] = []
+    threads = [
+        threading.Thread(target=_evaluate, args=(tmp_path, calls, name)) for name in ("a", "b", "c")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
