@@ -4,6 +4,7 @@ from snakemake.utils import validate
 
 from asrflow import layout
 from asrflow.data.audio_state import refresh_audio_state
+from asrflow.params import canonical
 from asrflow.train.recipe import AUDIT_SECTIONS
 from asrflow.train.init import tracked_weights
 from asrflow.train.launch import train_resources
@@ -13,6 +14,9 @@ share_package_with_jobs(f"{workflow.basedir}/src")
 
 validate(config, "../config/config.schema.yaml")
 layout.check_config(config)
+# Settings reach the rules as params, which Snakemake compares by their repr: with every
+# mapping's keys sorted, reordering keys in a config file reruns nothing.
+config.update(canonical(config))
 
 
 wildcard_constraints:

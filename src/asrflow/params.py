@@ -23,6 +23,21 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 
+def canonical(value: Any) -> Any:
+    """``value`` with mapping keys sorted at every level and tuples as lists, so that equal
+    settings have one ``repr`` (what Snakemake compares) and one JSON form, however a config
+    or recipe file orders its keys.
+
+    >>> canonical({"b": 1, "a": {"d": (1, 2), "c": None}})
+    {'a': {'c': None, 'd': [1, 2]}, 'b': 1}
+    """
+    if isinstance(value, Mapping):
+        return {str(k): canonical(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return value
+
+
 class Operational(Mapping[str, Any]):
     """A read-only mapping of settings that do not change a job's outputs (see the module doc).
 

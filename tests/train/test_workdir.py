@@ -114,3 +114,17 @@ def test_operational_recipe_keys_resume_and_keep_the_recipe_hash(tmp_path):
     assert again["hashes"]["recipe"] == first["hashes"]["recipe"]
     assert not list(tmp_path.glob("work.stale-*"))
     assert {k.split(".")[0] for k in OPERATIONAL_KEYS} == {"batching", "diagnostics"}
+
+
+def test_the_identity_covers_the_corpus_weights_and_every_weight_changing_recipe_key():
+    from asrflow.train.recipe import recipe_from_dict
+    from asrflow.train.workdir import run_identity
+
+    recipe = recipe_from_dict(TINY_RECIPE)
+    hashes = {"train_cuts": {"a": "1"}, "dev_cuts": "2"}
+    same = run_identity(hashes, recipe, None, [1.0, 3.0])
+    assert same == run_identity(hashes, recipe, None, [1.0, 3.0])
+    assert same != run_identity(hashes, recipe, None, [1.0, 1.0])
+    assert same != run_identity(hashes, recipe, None, None)
+    seeded = recipe_from_dict({**TINY_RECIPE, "trainer": {**TINY_RECIPE["trainer"], "seed": 1}})
+    assert same != run_identity(hashes, seeded, None, [1.0, 3.0])

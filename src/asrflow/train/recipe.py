@@ -33,6 +33,7 @@ import yaml
 
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_json
+from asrflow.params import canonical
 from asrflow.types import Pathlike, Seconds
 
 log = logging.getLogger(__name__)
@@ -304,16 +305,6 @@ def without_keys(data: Mapping[str, Any], dotted: frozenset[str]) -> dict[str, A
         if isinstance(out.get(section), dict):
             out[section].pop(key, None)
     return out
-
-
-def canonical(value: Any) -> Any:
-    """``value`` with mapping keys sorted at every level and tuples as lists, so that equal
-    settings have one ``repr`` (Snakemake compares params by theirs) and one JSON form."""
-    if isinstance(value, Mapping):
-        return {str(k): canonical(value[k]) for k in sorted(value, key=str)}
-    if isinstance(value, list | tuple):
-        return [canonical(v) for v in value]
-    return value
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

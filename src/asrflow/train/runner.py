@@ -388,7 +388,8 @@ def train_run(
     }
     # the same rank the job's Step used: a rank Lightning starts runs this function again
     rank = launched_rank()
-    claim_work_dir(work, run_identity(summary["hashes"], recipe, spec.init), rank=rank)
+    identity = run_identity(summary["hashes"], recipe, spec.init, spec.train_weights)
+    claim_work_dir(work, identity, rank=rank)
     started = time.time()
     last = work / CHECKPOINTS / LAST
     resumed_from = str(last) if last.is_file() else None

@@ -6,8 +6,8 @@
 would continue (or, for a finished run, merely re-describe) weights trained another way while
 the summary records the new hashes. So the work directory carries ``identity.json``
 (:func:`run_identity`): the hashes of the train and dev data, the tokenizer and the text
-normalization, the init spec, and every recipe setting that can change the weights
-(:meth:`~asrflow.train.recipe.Recipe.identity`: model, loss, optimizer, scheduler,
+normalization, the init spec, the corpus weights, and every recipe setting that can change the
+weights (:meth:`~asrflow.train.recipe.Recipe.identity`: model, loss, optimizer, scheduler,
 ``trainer.max_steps``, batching, augmentation, seeds, precision, devices, checkpoint criteria).
 A run whose identity differs moves the old directory aside to ``<run>.stale-<UTC time>``
 (nothing is deleted), logs which keys changed, and starts fresh; a run with the same identity
@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,18 +47,22 @@ def _read(path: Path) -> Any:
 
 
 def run_identity(
-    hashes: Mapping[str, Any], recipe: Any, init: Mapping[str, Any] | None
+    hashes: Mapping[str, Any],
+    recipe: Any,
+    init: Mapping[str, Any] | None,
+    weights: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """What a work directory's state was trained from (see the module docstring).
 
     ``hashes`` is the run summary's (train/dev cuts, BPE model, token list, normalization),
-    ``recipe`` a :class:`~asrflow.train.recipe.Recipe`.
+    ``recipe`` a :class:`~asrflow.train.recipe.Recipe`, ``weights`` the run's corpus weights.
     """
     keep = ("train_cuts", "dev_cuts", "bpe_model", "tokens", "normalization")
     return {
         **{k: hashes.get(k) for k in keep},
         "recipe": recipe.identity(),
         "init": dict(init) if init else None,
+        "weights": list(weights) if weights is not None else None,
     }
 
 
