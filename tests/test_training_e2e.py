@@ -406,6 +406,9 @@ def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(trained):
     run = trained / "results/runs/tiny_ctc"
     old = json.loads((run / "train/summary.json").read_text())
     assert rule_counts(dry_run(trained)) == DOWNSTREAM_OF_TRAIN
+    status = _status(trained).stdout  # asrflow status says why, as Snakemake sees it
+    train_block = status.split("train: results/runs/tiny_ctc/train/summary.json\n")[1]
+    assert train_block.startswith("    params: "), status
     snakemake(trained)
     summary = json.loads((run / "train/summary.json").read_text())
     new_hash = load_recipe(recipe, train_overrides(CONFIG, "tiny_ctc")).identity_sha256()

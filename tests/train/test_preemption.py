@@ -110,15 +110,13 @@ def test_rerun_resumes_from_the_saved_step_and_batch(preempted, monkeypatch):
         return step_fn(self, batch, batch_idx)
 
     monkeypatch.setattr(AsrModule, "training_step", recording_step)
-    overrides = {
-        "trainer": {"max_steps": saved + 3, "val_check_interval": saved + 3},
-        "batching": LONG["batching"],
-    }
+    # the same recipe (a changed one would start afresh), stopped 3 steps on by the Trainer
     summary = train_run(
-        dataclasses.replace(spec, overrides=overrides),
+        dataclasses.replace(spec, overrides=LONG),
         root / "work",
         root / "out",
         root / "summary.json",
+        max_steps=saved + 3,
     )
     assert summary["status"] == "completed" and summary["steps"] == saved + 3
     assert summary["resumed_from"] == str(root / "work/checkpoints/last.ckpt")
