@@ -115,6 +115,20 @@ def test_every_property_has_a_description() -> None:
     assert isinstance(schema.get("description"), str)
 
 
+def test_every_property_holds_only_schema_keywords() -> None:
+    """An unquoted comma in a flow-mapping description ("Shortest utterance kept, in seconds.")
+    cut the description short and added a stray key ("in seconds.") to the property."""
+    known = set(Draft202012Validator.VALIDATORS) | {
+        "description", "default", "title", "examples", "$defs", "$schema", "$comment",
+    }  # fmt: skip
+    stray = {
+        path: sorted(set(sub) - known)
+        for path, sub in documented_properties(load_schema(), "")
+        if set(sub) - known
+    }
+    assert stray == {}
+
+
 def test_description_walk_catches_a_missing_description() -> None:
     schema = load_schema()
     del schema["$defs"]["corpus"]["properties"]["validation"]["properties"]["full_decode"][
