@@ -104,10 +104,14 @@ def library_sha256() -> str:
     return combine_tree((r, sha256_file(p)) for r, p in files)
 
 
-def module_digests(names: Iterable[str] | None = None) -> dict[str, str]:
+def module_digests(
+    names: Iterable[str] | None = None, *, known: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """``{module: sha256 of its source file}`` for the asrflow modules this process has imported
     (or for ``names``, found without importing them; a module that no longer exists is left
-    out): the code a step actually ran, module by module."""
+    out): the code a step actually ran, module by module. ``known``: digests taken earlier,
+    kept as they are (a module's file is not read again)."""
+    known = known or {}
     if names is None:
         found = {
             name: getattr(module, "__file__", None)
@@ -117,9 +121,9 @@ def module_digests(names: Iterable[str] | None = None) -> dict[str, str]:
     else:
         found = {name: module_file(name) for name in names}
     return {
-        name: sha256_file(path)
+        name: known.get(name) or sha256_file(path)
         for name, path in sorted(found.items())
-        if path and path.endswith(".py") and os.path.isfile(path)
+        if path and path.endswith(".py") and (name in known or os.path.isfile(path))
     }
 
 

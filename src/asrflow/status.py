@@ -79,19 +79,27 @@ class ArtifactStatus:
         return self.record.removesuffix(RECORD_SUFFIX)
 
 
-class _Current:
-    """What the checkout has now, computed once per status call."""
+class Checkout:
+    """What the checkout has now (module and file digests, package versions), each computed
+    once however many records ask: make one per status call or report."""
 
     def __init__(self, cache: HashCache | None = None) -> None:
         self.cache = cache
         self.packages = package_versions()
         self._modules: dict[str, str | None] = {}
         self._files: dict[str, str | None] = {}
+        self._scripts: dict[str, str | None] = {}
 
     def module(self, name: str) -> str | None:
         if name not in self._modules:
             self._modules[name] = module_digests([name]).get(name)
         return self._modules[name]
+
+    def script(self, path: str) -> str | None:
+        """A script's digest, read once (never from the hash cache: a script is small)."""
+        if path not in self._scripts:
+            self._scripts[path] = sha256_file(path) if os.path.isfile(path) else None
+        return self._scripts[path]
 
     def digests(self, paths: Iterable[str]) -> dict[str, str | None]:
         todo = [p for p in dict.fromkeys(paths) if p not in self._files]
@@ -107,12 +115,12 @@ class _Current:
         return self._files
 
 
-def changed_code(record: Mapping[str, Any], current: _Current | None = None) -> list[str]:
+def changed_code(record: Mapping[str, Any], current: Checkout | None = None) -> list[str]:
     """The asrflow modules (and the script) a record's step ran whose source differs now.
 
     A record written before module digests were recorded compares nothing (``[]``)."""
     code = record.get("code") or {}
-    current = current or _Current()
+    current = current or Checkout()
     changed = [
         name
         for name, digest in sorted((code.get("modules") or {}).items())
@@ -121,13 +129,12 @@ def changed_code(record: Mapping[str, Any], current: _Current | None = None) -> 
     script = code.get("script")
     if isinstance(script, Mapping) and script.get("path"):
         path = str(script["path"])
-        now = sha256_file(path) if os.path.isfile(path) else None
-        if now != script.get("sha256"):
+        if current.script(path) != script.get("sha256"):
             changed.append(path)
     return changed
 
 
-def record_status(path: Path, current: _Current) -> ArtifactStatus:
+def record_status(path: Path, current: Checkout) -> ArtifactStatus:
     """Compare one provenance record with the checkout."""
     try:
         record = read_record(path)
@@ -178,7 +185,7 @@ def workflow_status(
     own = cache is None
     cache = cache or HashCache()
     try:
-        current = _Current(cache)
+        current = Checkout(cache)
         statuses = [record_status(p, current) for p in walk_records(Path(results))]
     finally:
         if own:

@@ -245,7 +245,7 @@ class Step:
                 finished=finished,
                 extra_inputs=self.extra_inputs,
                 hash_cache=cache,
-                modules={**module_digests(), **self.modules},
+                modules=module_digests(known=self.modules),
             )
             if self.details:
                 record["details"] = to_jsonable(self.details)

@@ -48,14 +48,15 @@ PACKAGE_LOCAL = ("bpemodel",)
 
 def decode_key(
     package: Pathlike,
+    files: Mapping[str, str],
     cuts_path: Pathlike,
     contract: TextNormalization,
     decoding: Decoding,
     word_lm: Pathlike | None = None,
 ) -> str:
-    """What decides an evaluation's transcripts and figures (see the module docstring)."""
+    """What decides an evaluation's transcripts and figures (see the module docstring);
+    ``files``: the package's ``package.json`` file digests."""
     package = Path(package)
-    files = read_json(package / "package.json")["files"]
     config = yaml.safe_load((package / "config.yaml").read_text(encoding="utf-8")) or {}
     word_lm_sha256 = sha256_file(word_lm) if word_lm and decoding.mode == "lexicon_lm" else None
     return sha256_json(

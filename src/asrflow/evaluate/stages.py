@@ -195,8 +195,9 @@ def evaluate_artifact_once(
 ) -> dict[str, Any]:
     """:func:`evaluate_artifact`, decoding identical weights only once per eval set, contract
     and decoding settings (:mod:`asrflow.evaluate.shared`; decodes kept in ``cache_dir``)."""
+    files = read_json(Path(package) / "package.json")["files"]
     key = decode_key(
-        package, cuts_path, kwargs["contract"], kwargs["decoding"], kwargs.get("word_lm")
+        package, files, cuts_path, kwargs["contract"], kwargs["decoding"], kwargs.get("word_lm")
     )
     outputs = {k: kwargs.pop(k) for k in ("summary_path", "utterances_csv", "alignments_txt")}
     return evaluate_once(
@@ -206,7 +207,7 @@ def evaluate_artifact_once(
         run=kwargs["run"],
         artifact=kwargs["artifact"],
         eval_set=kwargs["eval_set"],
-        package_files=read_json(Path(package) / "package.json")["files"],
+        package_files=files,
         **outputs,
     )
 

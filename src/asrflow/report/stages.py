@@ -14,7 +14,7 @@ from asrflow.layout import prov
 from asrflow.provenance import InvalidRecord, read_record
 from asrflow.report.comparison import comparison_table, load_archive, write_report_tables
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
-from asrflow.status import changed_code
+from asrflow.status import Checkout, changed_code
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -33,18 +33,19 @@ def build_report(
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
     asrflow modules that trained or evaluated it and differ in this checkout now."""
+    checkout = Checkout()
     trains: dict[str, dict] = {}
     train_code: dict[str, list[str]] = {}
     for path in train_summaries:
         summary = read_json(path)
         trains[summary["run"]] = summary
-        train_code[summary["run"]] = _changed_code(path)
+        train_code[summary["run"]] = _changed_code(path, checkout)
     selected = {s["run"]: s for s in map(read_json, selections)}
     archived = load_archive(archive_dir) if archive_dir and Path(archive_dir).is_dir() else []
     evals = []
     for path in evaluations:
         summary = read_json(path)
-        changed = train_code.get(summary.get("run"), []) + _changed_code(path)
+        changed = train_code.get(summary.get("run"), []) + _changed_code(path, checkout)
         summary["code_changed"] = sorted(set(changed))
         evals.append(summary)
     df = comparison_table(trains, evals, selected, archived)
@@ -58,14 +59,14 @@ def build_report(
     return df
 
 
-def _changed_code(output: Pathlike) -> list[str]:
+def _changed_code(output: Pathlike, checkout: Checkout) -> list[str]:
     """The asrflow modules (and script) that made ``output`` and differ in this checkout now
     (from its provenance record; none when it has no record)."""
     record = Path(prov(str(output)))
     if not record.is_file():
         return []
     try:
-        return changed_code(read_record(record))
+        return changed_code(read_record(record), checkout)
     except InvalidRecord:
         return []
 

@@ -109,7 +109,7 @@ def spec_from_json(text: str) -> RunSpec:
 def spec_recipe(spec: RunSpec) -> Recipe:
     """The run's recipe: its file (or data) with the overrides merged in, checked."""
     where = spec.recipe_name or (spec.recipe if not isinstance(spec.recipe, Mapping) else "recipe")
-    return load_recipe(spec.recipe, spec.overrides, source=f"{where} (run {spec.name})")
+    return load_recipe(spec_recipe_data(spec), source=f"{where} (run {spec.name})")
 
 
 def spec_recipe_data(spec: RunSpec) -> dict[str, Any]:
