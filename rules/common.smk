@@ -1,10 +1,13 @@
 # Config validation, wildcard constraints and named input functions shared by all stages.
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from asrflow import layout
 from asrflow.data.audio_state import refresh_audio_state
+from asrflow.errors import AsrflowError
 from asrflow.params import canonical
+from asrflow.settings import config_error_message
 from asrflow.train.recipe import AUDIT_SECTIONS
 from asrflow.train.init import tracked_weights
 from asrflow.train.launch import train_resources
@@ -12,8 +15,14 @@ from asrflow.workflow import share_package_with_jobs
 
 share_package_with_jobs(f"{workflow.basedir}/src")
 
-validate(config, "../config/config.schema.yaml")
-layout.check_config(config)
+# a bad config stops here with one line naming the key (not Snakemake's dump of the schema)
+try:
+    validate(config, "../config/config.schema.yaml")
+    layout.check_config(config)
+except WorkflowError as e:
+    raise WorkflowError(config_error_message(e, "config")) from None
+except AsrflowError as e:
+    raise WorkflowError(f"config, {e}") from None
 # Settings reach the rules as params, which Snakemake compares by their repr: with every
 # mapping's keys sorted, reordering keys in a config file reruns nothing.
 config.update(canonical(config))

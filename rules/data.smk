@@ -37,7 +37,10 @@ rule import_manifest:
     threads: 4
     params:
         format=import_format,
-        sampling_rate=lookup(dpath="corpora/{corpus}/sampling_rate", within=config),
+        # a Kaldi data dir is read at this rate; other formats take it from each file's header
+        sampling_rate=lookup(
+            dpath="corpora/{corpus}/sampling_rate", within=config, default=16000
+        ),
     script:
         "../scripts/import_manifest.py"
 
@@ -80,6 +83,8 @@ checkpoint validate_corpus:
     params:
         validation=lookup(dpath="corpora/{corpus}/validation", within=config),
         normalization=config["text_normalization"],
+        sampling_rate=lookup(dpath="corpora/{corpus}/sampling_rate", within=config, default=None),
+        model_rates=lambda w: layout.frontend_rates(config, w.corpus),
     script:
         "../scripts/validate_corpus.py"
 

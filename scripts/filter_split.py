@@ -12,4 +12,5 @@ with step(snakemake):
         filter=snakemake.params.filter,
         slice_fields=snakemake.params.slice_fields,
         normalization=snakemake.params.normalization,
+        name=f"{snakemake.wildcards.corpus}/{snakemake.wildcards.split}",
     )

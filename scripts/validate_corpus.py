@@ -13,5 +13,7 @@ with step(snakemake) as s:
         validation=snakemake.params.validation,
         normalization=snakemake.params.normalization,
         threads=snakemake.threads,
+        sampling_rate=snakemake.params.sampling_rate,
+        model_rates=snakemake.params.model_rates,
     )
     s.add_extra_inputs("audio", audio)

@@ -17,6 +17,7 @@ from snakemake.utils import validate as snakemake_validate
 from asrflow import layout
 from asrflow.data.filter import FilterConfig
 from asrflow.data.validate import ValidationConfig
+from asrflow.settings import config_error_message
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig
 
@@ -156,7 +157,7 @@ def test_shipped_config_validates_and_defaults_are_filled() -> None:
     assert demo["validation"]["full_decode"] is False
     assert demo["validation"]["allow_group_overlap"] == []
     assert demo["filter"]["max_chars_per_second"] == 30.0
-    assert demo["sampling_rate"] == 16000
+    assert "sampling_rate" not in demo  # declared or not: an undeclared rate may vary
     assert demo["synthetic"]["num_speakers"] == 33
     assert demo["synthetic"]["num_utterances"] == 1500  # given values are kept
     assert config["text_normalization"]["lowercase"] is True
@@ -197,7 +198,6 @@ def test_minimal_config_gets_every_section() -> None:
     assert set(demo) == {
         "source",
         "synthetic",
-        "sampling_rate",
         "slice_fields",
         "validation",
         "filter",
@@ -325,3 +325,29 @@ def test_bad_source_is_rejected() -> None:
 )
 def test_other_bad_configs_are_rejected(config: dict[str, Any], fragment: str) -> None:
     assert_rejected(config, fragment)
+
+
+# --- what the user sees ----------------------------------------------------------------------
+
+
+def _snakemake_error(config: dict[str, Any]) -> WorkflowError:
+    with pytest.raises(WorkflowError) as err:
+        snakemake_validate(config, str(SCHEMA_PATH))
+    return err.value
+
+
+def test_unknown_key_is_one_line_naming_the_key_not_the_schema() -> None:
+    """Issue 12, item 7: an unknown key printed ~400 lines of schema under the useful one."""
+    config = nemo(manifests={"train": "t.jsonl"}, sampling_rte=16000)
+    message = config_error_message(_snakemake_error(config), "config")
+    assert message.startswith("config, corpora.mine: unknown key(s) 'sampling_rte'")
+    assert "sampling_rate" in message  # the allowed keys, where the typo is obvious
+    assert len(message.splitlines()) == 1 and len(message) < 400
+
+
+def test_wrong_value_names_the_path_and_the_description() -> None:
+    config = nemo(manifests={"train": "t.jsonl"}, sampling_rate=-8000)
+    message = config_error_message(_snakemake_error(config), "config")
+    assert message.startswith("config, corpora.mine.sampling_rate: -8000 is less than")
+    assert "Expected: Declared sampling rate" in message
+    assert len(message.splitlines()) == 1

@@ -127,6 +127,46 @@ def test_unexpected_error_logged_with_traceback(ws: Path) -> None:
     assert not Path("results/toy/data.prov.json").exists()
 
 
+def test_user_error_in_a_snakemake_job_exits_without_a_traceback(ws: Path, capsys) -> None:
+    """Issue 12, item 7: the console showed a full traceback after the clean message."""
+    with pytest.raises(SystemExit) as stop, step(fake_snakemake(), quiet_exit=True):
+        raise ValidationFailed("data/in.txt, line 3: empty transcript; remove the line")
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert "empty transcript; remove the line" in err and "Traceback" not in err
+    assert "Traceback" not in Path("logs/toy.log").read_text()
+
+
+def test_a_real_snakemake_job_exits_quietly_by_default(ws: Path) -> None:
+    from snakemake.script import Snakemake
+
+    sm = Snakemake.__new__(Snakemake)
+    sm.log, sm.rule, sm.input, sm.output = Log([]), "toy", [], []
+    assert step(sm).quiet_exit and not step(fake_snakemake()).quiet_exit
+
+
+def test_an_input_changed_after_it_was_written_is_named_not_called_a_bug(ws: Path) -> None:
+    """Issue 12, item 6: a flipped byte in an intermediate read as "a bug: BadGzipFile"."""
+    with step(fake_snakemake()):
+        produce()
+    damaged = Path("results/toy/data.txt")
+    damaged.write_text("resulT\n")
+    consumer = fake_snakemake(record=False)
+    consumer.input = InputFiles(fromdict={"data": str(damaged), "text": "data/in.txt"})
+    consumer.log = Log(["logs/consumer.log"])
+    with pytest.raises(SystemExit), step(consumer, quiet_exit=True):
+        raise ValueError("CRC check failed")
+    text = Path("logs/consumer.log").read_text()
+    assert "failed reading its inputs (ValueError: CRC check failed)" in text
+    assert "results/toy/data.txt: modified output (written by rule toy)" in text
+    assert "asrflow verify" in text and "a bug" not in text
+    # an input that is as written does not excuse a bug
+    damaged.write_text("result\n")
+    with pytest.raises(ValueError), step(consumer, quiet_exit=True):
+        raise ValueError("CRC check failed")
+    assert "a bug" in Path("logs/consumer.log").read_text()
+
+
 def test_missing_output_fails_the_step(ws: Path) -> None:
     with pytest.raises(FileNotFoundError, match="results/toy/model"), step(fake_snakemake()):
         Path("results/toy").mkdir(parents=True)

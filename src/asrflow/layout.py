@@ -370,6 +370,17 @@ def run_recipe(config: Config, name: str, *, smoke: bool = False):
     return load_recipe(path, overrides, source=f"{path} (run {name})")
 
 
+def frontend_rates(config: Config, corpus: str) -> dict[str, int]:
+    """``{run: sampling rate its model's frontend expects}`` for the runs that train or validate
+    on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none)."""
+    rates = {}
+    for name in config.get("runs", {}):
+        if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
+            frontend_conf = run_recipe(config, name).model.get("frontend_conf") or {}
+            rates[name] = int(frontend_conf.get("fs", 16000))
+    return rates
+
+
 def recipe_params(
     config: Config, name: str, *, smoke: bool = False, sections: tuple[str, ...] | None = None
 ) -> dict[str, Any]:

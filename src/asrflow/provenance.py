@@ -571,3 +571,34 @@ def verify(paths: list[Pathlike], threads: int = 8) -> list[Mismatch]:
     files (the records in their directory or a parent directory that list them).
     """
     return verify_report(paths, threads=threads).mismatches
+
+
+def changed_since_written(paths: Iterable[Pathlike]) -> list[Mismatch]:
+    """The files among ``paths`` that a record lists as an output and that differ from it now.
+
+    For a job that failed reading its inputs: a damaged intermediate (a flipped byte, an edit, a
+    partial copy) makes a decompressor or parser fail with an error that looks like a bug. Only
+    the records in each file's directory and the ones above it are read, and only the named
+    files (or the output directory holding one) are hashed again, so this is cheap enough to run
+    on every failure.
+    """
+    found: list[Mismatch] = []
+    loaded: dict[Path, _Loaded] = {}
+    for path in dict.fromkeys(Path(p) for p in paths):
+        if not path.exists() or path.name.endswith(RECORD_SUFFIX):
+            continue
+        real = os.path.realpath(path)
+        for rec in _candidate_records(path):
+            L = loaded.get(rec) or loaded.setdefault(rec, _load(rec))
+            for e in L.entries:
+                er = os.path.realpath(e.resolved)
+                inside = e.as_dir and real.startswith(er.rstrip(os.sep) + os.sep)
+                if e.section != "outputs" or not (er == real or inside):
+                    continue
+                actual = _fresh_digest(e.resolved, e.as_dir)
+                if actual != e.expected and not any(m.path == _display_path(path) for m in found):
+                    found.append(
+                        Mismatch(MODIFIED_OUTPUT, _display_path(path), L.shown, e.expected,
+                                 actual, f"written by rule {L.rule}")
+                    )  # fmt: skip
+    return found

@@ -34,7 +34,13 @@ from typing import Any, Self
 
 from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache
-from asrflow.provenance import build_record, module_digests, to_jsonable, write_record
+from asrflow.provenance import (
+    build_record,
+    changed_since_written,
+    module_digests,
+    to_jsonable,
+    write_record,
+)
 from asrflow.train.cluster import launched_rank
 from asrflow.types import Pathlike
 
@@ -108,16 +114,23 @@ class Step:
         hash_cache: HashCache | None = None,
         level: int = logging.INFO,
         rank: int | None = None,
+        quiet_exit: bool | None = None,
     ) -> None:
         """``rank``: this process's rank in a multi-process job (default: the one its launcher
         set, :func:`~asrflow.train.cluster.launched_rank`); only rank 0 writes the job's log and
-        record."""
+        record. ``quiet_exit``: end the process with exit status 1 (no traceback on the console)
+        after logging a user error; default: when running as a Snakemake script job."""
         self.snakemake = snakemake
         self.rank = launched_rank() if rank is None else rank
         self.rule = str(getattr(snakemake, "rule", None) or "unknown")
         self.script = Path(script) if script is not None else None
         self.hash_cache = hash_cache
         self.level = level
+        if quiet_exit is None:
+            kind = type(snakemake)
+            quiet_exit = kind.__module__.startswith("snakemake") and kind.__name__ == "Snakemake"
+        self.quiet_exit = quiet_exit
+        self._file_handler: logging.Handler | None = None
         self.extra_inputs: dict[str, list[str]] = {}
         self.started: datetime | None = None
         self.modules: dict[str, str] = {}
@@ -146,7 +159,8 @@ class Step:
         if logs:
             path = Path(logs[0]) if self.rank == 0 else rank_log(logs[0], self.rank)
             path.parent.mkdir(parents=True, exist_ok=True)
-            handlers.append(logging.FileHandler(path, mode="w", encoding="utf-8"))
+            self._file_handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+            handlers.append(self._file_handler)
         for h in handlers:
             h.setFormatter(formatter)
             h.setLevel(self.level)
@@ -162,6 +176,7 @@ class Step:
             root.removeHandler(h)
             h.close()
         self._handlers = []
+        self._file_handler = None
         root.setLevel(self._old_level)
         if self._captured_warnings:
             logging.captureWarnings(False)
@@ -189,6 +204,7 @@ class Step:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        user_error = False
         try:
             if exc is None:
                 try:
@@ -199,8 +215,24 @@ class Step:
                 log.info("rule %s: done", self.rule)
             elif isinstance(exc, AsrflowError):
                 log.error("rule %s failed: %s", self.rule, exc)
+                self._traceback_to_log_file(exc)
+                user_error = True
             elif isinstance(exc, KeyboardInterrupt):
                 log.error("rule %s: interrupted", self.rule)
+            elif damaged := self._damaged_inputs():
+                log.error(
+                    "rule %s failed reading its inputs (%s: %s): %s changed after it was "
+                    "written:\n%s\nRun `asrflow verify results` to list every changed file, delete "
+                    "the changed ones and rerun snakemake to rebuild them (if the disk is "
+                    "failing, check it first).",
+                    self.rule,
+                    exc_type.__name__ if exc_type else "Exception",
+                    exc,
+                    "this file" if len(damaged) == 1 else "these files",
+                    "\n".join(f"  {m}" for m in damaged),
+                )
+                self._traceback_to_log_file(exc)
+                user_error = True
             else:
                 log.error(
                     "rule %s failed with an unexpected error (a bug; please report it with this "
@@ -212,7 +244,30 @@ class Step:
                 )
         finally:
             self._stop_logging()
+        if user_error and self.quiet_exit:
+            # the message is logged; a traceback on the console would bury it
+            raise SystemExit(1) from None
         return False
+
+    def _damaged_inputs(self) -> list[Any]:
+        """The job's inputs that differ from the records of the rules that wrote them."""
+        try:
+            inputs = files_by_name(getattr(self.snakemake, "input", None))
+            return changed_since_written(p for paths in inputs.values() for p in paths)
+        except Exception:  # the check must never hide the original error
+            log.debug("could not check the inputs against their records", exc_info=True)
+            return []
+
+    def _traceback_to_log_file(self, exc: BaseException) -> None:
+        """The traceback of a user error, for the rule's log file only, at DEBUG level (the
+        profile shows a failed job's log on the console, where it would bury the message)."""
+        if self._file_handler is not None and self.level <= logging.DEBUG:
+            self._file_handler.handle(
+                log.makeRecord(
+                    log.name, logging.DEBUG, __file__, 0, "traceback of the error above",
+                    (), (type(exc), exc, exc.__traceback__),
+                )
+            )  # fmt: skip
 
     def write_record(self) -> Path | None:
         """Write the provenance record if the rule has a ``record`` output and this is rank 0;

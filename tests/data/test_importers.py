@@ -4,7 +4,13 @@ from pathlib import Path
 import pytest
 
 from asrflow.data.cuts import field, origin, save_cuts, text
-from asrflow.data.importers import import_kaldi, import_lhotse, import_manifest, import_nemo
+from asrflow.data.importers import (
+    import_kaldi,
+    import_lhotse,
+    import_manifest,
+    import_nemo,
+    read_audio_info,
+)
 from asrflow.errors import AsrflowError
 from tests.conftest import write_wav
 
@@ -105,3 +111,71 @@ def test_lhotse_round_trip(nemo_corpus, tmp_path):
 def test_unknown_format():
     with pytest.raises(AsrflowError, match="unknown manifest format"):
         import_manifest("csv", Path("x"))
+
+
+def _kaldi_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "kaldi"
+    d.mkdir()
+    write_wav(tmp_path / "r1.wav", 1.0)
+    write_wav(tmp_path / "r2.wav", 1.5, seed=1)
+    (d / "wav.scp").write_text(f"r1 {tmp_path / 'r1.wav'}\nr2 {tmp_path / 'r2.wav'}\n")
+    (d / "text").write_text("r1 hello there\nr2 café au lait\n")
+    return d
+
+
+def test_nemo_manifest_that_is_not_utf8_names_line_and_column(nemo_corpus):
+    """Issue 12, item 4: Latin-1 bytes crashed as "unexpected error (a bug)"."""
+    manifest = nemo_corpus()["dev"]
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"hello', b'"h\xe9llo')  # Latin-1 e-acute
+    manifest.write_bytes(b"".join(lines))
+    column = lines[1].decode("latin-1").index("\xe9") + 1
+    with pytest.raises(AsrflowError) as err:
+        import_nemo(manifest)
+    message = str(err.value)
+    assert f"{manifest}:2: not UTF-8: byte 0xe9 at column {column}" in message
+    assert "iconv" in message  # says what to do
+
+
+def test_nemo_manifest_with_a_bom_is_read_with_a_warning(nemo_corpus, caplog):
+    """Issue 12, item 5: a UTF-8 byte-order mark (Windows editors) is dropped, with a warning."""
+    manifest = nemo_corpus()["dev"]
+    plain = import_nemo(manifest)
+    manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())
+    with caplog.at_level("WARNING"):
+        cuts = import_nemo(manifest)
+    assert [c.to_dict() for c in cuts] == [c.to_dict() for c in plain]
+    assert "byte-order mark" in caplog.text and str(manifest) in caplog.text
+
+
+def test_nemo_json_error_names_the_column(nemo_corpus):
+    manifest = nemo_corpus()["dev"]
+    lines = manifest.read_text().splitlines()
+    lines[2] = lines[2][:-1]  # no closing brace
+    manifest.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AsrflowError, match=rf"{manifest}:3: not valid JSON at column \d+"):
+        import_nemo(manifest)
+
+
+def test_kaldi_tables_with_a_bom_import_as_without(tmp_path):
+    d = _kaldi_dir(tmp_path)
+    plain = {c.id: text(c) for c in import_kaldi(d, sampling_rate=16000)}
+    for name in ("wav.scp", "text"):
+        (d / name).write_bytes(b"\xef\xbb\xbf" + (d / name).read_bytes())
+    assert {c.id: text(c) for c in import_kaldi(d, sampling_rate=16000)} == plain
+    assert (d / "text").read_bytes().startswith(b"\xef\xbb\xbf")  # the user's file untouched
+
+
+def test_kaldi_text_that_is_not_utf8_names_line_and_column(tmp_path):
+    d = _kaldi_dir(tmp_path)
+    (d / "text").write_bytes("r1 hello there\nr2 café au lait\n".encode("latin-1"))
+    with pytest.raises(AsrflowError, match=rf"{d / 'text'}:2: not UTF-8: byte 0xe9 at column 7"):
+        import_kaldi(d, sampling_rate=16000)
+
+
+def test_truncated_wav_keeps_what_its_header_declares(tmp_path):
+    wav = write_wav(tmp_path / "a.wav", 1.0)
+    assert read_audio_info(wav).header_samples is None
+    wav.write_bytes(wav.read_bytes()[: 44 + 2 * 6000])
+    info = read_audio_info(wav)
+    assert (info.num_samples, info.header_samples) == (6000, 16000)

@@ -43,7 +43,9 @@ def import_all(manifests: dict[str, Path], out: Path) -> dict[str, Path]:
     return paths
 
 
-def run_validate(split_paths: dict[str, Path], out: Path, **validation) -> list[str]:
+def run_validate(
+    split_paths: dict[str, Path], out: Path, threads: int = 2, **validation
+) -> list[str]:
     return validate_corpus(
         "c",
         split_paths,
@@ -52,7 +54,7 @@ def run_validate(split_paths: dict[str, Path], out: Path, **validation) -> list[
         out / "validation.txt",
         validation=validation,
         normalization={},
-        threads=2,
+        threads=threads,
     )
 
 
@@ -153,7 +155,16 @@ def test_validate_corpus_with_lower_tolerance_still_passes(nemo_corpus, tmp_path
     report = json.loads((out / "validation.json").read_text())
     assert report["config"]["duration_tolerance"] == 0.0
     assert report["config"]["full_decode"] is True
-    assert report["config"]["threads"] == 2
+
+
+def test_validation_outputs_do_not_depend_on_the_thread_count(nemo_corpus, tmp_path) -> None:
+    """Issue 12, item 9: `-c1` and `-c2` wrote different validation.json (the thread count)."""
+    imported = import_all(nemo_corpus(), tmp_path / "in")
+    for threads in (1, 3):
+        run_validate(imported, tmp_path / f"t{threads}", threads=threads, full_decode=True)
+    for name in ("validation.json", "validation.txt", "validated/train.jsonl.gz"):
+        assert (tmp_path / "t1" / name).read_bytes() == (tmp_path / "t3" / name).read_bytes()
+    assert "threads" not in json.loads((tmp_path / "t1/validation.json").read_text())["config"]
 
 
 def test_validate_corpus_fails_and_writes_nothing(nemo_corpus, tmp_path: Path) -> None:

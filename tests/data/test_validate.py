@@ -83,7 +83,88 @@ def test_truncated_wav_is_caught_by_the_header_read(nemo_corpus, tmp_path):
     splits = load(nemo_corpus())
     wav = tmp_path / "corpus/audio/dev-d-2.wav"
     wav.write_bytes(wav.read_bytes()[:20000])
-    assert codes(validate_splits("c", splits).errors) == ["duration_mismatch"]
+    assert codes(validate_splits("c", splits).errors) == ["audio_truncated"]
+
+
+@pytest.mark.parametrize("full_decode", [False, True])
+def test_truncated_wav_fails_whatever_the_manifest_says(nemo_corpus, tmp_path, full_decode):
+    """Issue 12, item 1: with the manifest's duration set to what is left, it used to pass."""
+    left = (20000 - 44) // 2
+
+    def mutate(rows):
+        wav = tmp_path / "corpus/audio/dev-d-2.wav"
+        wav.write_bytes(wav.read_bytes()[: 44 + 2 * left])
+        rows["dev"][2]["duration"] = left / 16000
+
+    manifests = nemo_corpus(mutate)
+    report = validate_splits("c", load(manifests), ValidationConfig(full_decode=full_decode))
+    assert codes(report.errors) == ["audio_truncated"], report.to_text()
+    (issue,) = report.errors
+    assert issue.where == f"{manifests['dev']}:3"
+    assert f"header says {round(1.5 * 16000)} frames, the file holds {left}" in issue.message
+    assert "copy it again" in issue.hint and "manifest" in issue.hint
+
+
+def test_header_only_wav_blames_the_file_not_the_line(nemo_corpus, tmp_path):
+    """Issue 12, item 10: a header-only WAV said "fix the manifest line"."""
+
+    def mutate(rows):
+        wav = tmp_path / "corpus/audio/test-e-0.wav"
+        data = bytearray(wav.read_bytes()[:44])
+        data[4:8] = (36).to_bytes(4, "little")  # RIFF size of a file with no samples
+        data[40:44] = bytes(4)  # data chunk of 0 bytes: a consistent, empty file
+        wav.write_bytes(bytes(data))
+
+    manifests = nemo_corpus(mutate)
+    report = validate_splits("c", load(manifests))
+    assert codes(report.errors) == ["audio_empty"], report.to_text()
+    assert "not the manifest line" in report.errors[0].hint
+
+
+def test_empty_split_is_an_error_naming_it(nemo_corpus):
+    """Issue 12, item 3: an empty test.jsonl passed with "0 utterances"."""
+    manifests = nemo_corpus()
+    manifests["test"].write_text("")
+    report = validate_splits("c", load(manifests))
+    assert codes(report.errors) == ["empty_split"]
+    with pytest.raises(ValidationFailed, match="split 'test' has 0 utterances"):
+        raise_on_errors(report)
+
+
+def _resampled(tmp_path, name: str, rate: int) -> None:
+    wav = tmp_path / "corpus/audio" / name
+    import soundfile
+
+    seconds = soundfile.info(wav).duration
+    write_wav(wav, seconds, sr=rate)
+
+
+def test_declared_rate_is_enforced_for_a_nemo_corpus(nemo_corpus, tmp_path):
+    """Issue 12, item 2: an 8 kHz file in a NeMo corpus declared 16 kHz passed silently."""
+    manifests = nemo_corpus(lambda rows: _resampled(tmp_path, "train-b-1.wav", 8000))
+    splits = load(manifests)
+    report = validate_splits("c", splits, sampling_rate=16000)
+    assert codes(report.errors) == ["sampling_rate"], report.to_text()
+    (issue,) = report.errors
+    assert issue.where == f"{manifests['train']}:5"
+    assert "is 8000 Hz but corpora.c.sampling_rate declares 16000 Hz" in issue.message
+    assert "sox" in issue.hint
+    assert report.to_dict()["sampling_rates"]["found"] == {"8000": 1, "16000": 14}
+
+
+def test_undeclared_mixed_rates_warn_with_counts_and_say_what_the_model_expects(
+    nemo_corpus, tmp_path
+):
+    manifests = nemo_corpus(lambda rows: _resampled(tmp_path, "train-b-1.wav", 8000))
+    report = validate_splits("c", load(manifests), model_rates={"big": 16000})
+    assert report.ok
+    (warning,) = [w for w in report.warnings if w.code == "mixed_sampling_rates"]
+    assert "8000 Hz: 1" in warning.message and "16000 Hz: 14" in warning.message
+    assert "resampled when loaded to the rate the model's frontend expects (big: 16000 Hz)" in (
+        warning.hint
+    )
+    assert "declared: none" in report.to_text()
+    assert "big: 16000 Hz" in report.to_text()
 
 
 def test_full_decode_catches_corrupt_compressed_audio(tmp_path):
@@ -137,3 +218,19 @@ def test_many_errors_are_summarised(nemo_corpus):
     report = validate_splits("c", load(nemo_corpus(mutate)))
     with pytest.raises(ValidationFailed, match="9 error"):
         raise_on_errors(report, limit=3)
+
+
+def test_kaldi_rate_mismatch_hint_points_at_the_declared_rate(tmp_path):
+    """Issue 12, item 10: the hint said "re-import", which changes nothing."""
+    from asrflow.data.importers import import_kaldi
+
+    d = tmp_path / "kaldi"
+    d.mkdir()
+    write_wav(tmp_path / "r1.wav", 1.0, sr=8000)
+    (d / "wav.scp").write_text(f"r1 {tmp_path / 'r1.wav'}\n")
+    (d / "text").write_text("r1 hello\n")
+    report = validate_splits("calls", {"train": import_kaldi(d, sampling_rate=16000)})
+    (issue,) = [i for i in report.errors if i.code == "sampling_rate"]
+    assert "is 8000 Hz but the manifest reads it as 16000 Hz" in issue.message
+    assert "declare corpora.calls.sampling_rate: 8000" in issue.hint
+    assert "re-import" not in issue.hint

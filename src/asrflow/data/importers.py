@@ -21,9 +21,10 @@ import json
 import logging
 import os
 import struct
+import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ class AudioInfo:
     sampling_rate: Hz
     num_samples: int
     channels: int
+    header_samples: int | None = None
+    """Frames the header declares, when that is more than the file holds (a truncated file)."""
 
     @property
     def duration(self) -> Seconds:
@@ -118,6 +121,41 @@ def _canonical_wav_info(path: str) -> AudioInfo | None:
     return AudioInfo(sampling_rate=rate, num_samples=data_size // align, channels=channels)
 
 
+_CHUNK = struct.Struct("<4sI")
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF)
+"""``data`` sizes that streaming writers leave in place of the real size: not a claim."""
+
+
+def wav_declared_frames(path: Pathlike) -> int | None:
+    """Frames the ``data`` chunk of a RIFF/WAVE file declares, from its header alone.
+
+    libsndfile reports the frames the file *holds*, so a truncated file (an interrupted copy)
+    reads as a shorter, valid one; comparing with this number finds it. ``None`` when the file
+    is not RIFF/WAVE, has no ``fmt``/``data`` chunk, or declares a streaming placeholder size.
+    """
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        align = None
+        while chunk := f.read(_CHUNK.size):
+            if len(chunk) < _CHUNK.size:
+                return None
+            name, size = _CHUNK.unpack(chunk)
+            if name == b"fmt ":
+                body = f.read(size + (size & 1))
+                if len(body) < 14:
+                    return None
+                align = struct.unpack_from("<H", body, 12)[0]
+            elif name == b"data":
+                if not align or size in _UNKNOWN_SIZES:
+                    return None
+                return size // align
+            else:
+                f.seek(size + (size & 1), os.SEEK_CUR)
+    return None
+
+
 def read_audio_info(path: Pathlike) -> AudioInfo:
     """Read an audio header (no decode). Raises ``RuntimeError``/``OSError`` when it cannot.
 
@@ -130,11 +168,16 @@ def read_audio_info(path: Pathlike) -> AudioInfo:
     if fast is not None:
         return fast
     with soundfile.SoundFile(path) as f:
-        return AudioInfo(
+        info = AudioInfo(
             sampling_rate=int(f.samplerate),
             num_samples=int(f.frames),
             channels=int(f.channels),
         )
+        is_wav = f.format in ("WAV", "WAVEX")
+    declared = wav_declared_frames(path) if is_wav else None
+    if declared is not None and declared > info.num_samples:
+        info = replace(info, header_samples=declared)
+    return info
 
 
 def read_audio_infos(paths: Iterable[str], threads: int = 16) -> dict[str, AudioInfo | Exception]:
@@ -166,6 +209,51 @@ def read_audio_infos(paths: Iterable[str], threads: int = 16) -> dict[str, Audio
 
 def _problem(location: str, message: str) -> str:
     return f"{location}: {message}"
+
+
+BOM = "\ufeff"
+ENCODING_HINT = (
+    "Manifests must be UTF-8: convert the file from its real encoding, e.g. "
+    "`iconv -f latin1 -t utf-8 old > new` (check with `file -i`)."
+)
+
+
+def read_text_lines(path: Path, problems: list[str]) -> list[tuple[int, str]]:
+    """``(line number, text)`` of every line of a UTF-8 text file, numbered from 1.
+
+    A line that is not UTF-8 is left out and added to ``problems`` naming its line, column and
+    byte. A leading UTF-8 byte-order mark (Windows editors write one) is dropped with a warning.
+    """
+    lines: list[tuple[int, str]] = []
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                column = len(raw[: exc.start].decode("utf-8", errors="replace")) + 1
+                problems.append(
+                    _problem(
+                        f"{path}:{lineno}",
+                        f"not UTF-8: byte 0x{raw[exc.start]:02x} at column {column}",
+                    )
+                )
+                continue
+            if lineno == 1 and line.startswith(BOM):
+                log.warning(
+                    "%s starts with a UTF-8 byte-order mark (BOM); ignoring it (save the file "
+                    "as UTF-8 without BOM to silence this)",
+                    path,
+                )
+                line = line[len(BOM) :]
+            lines.append((lineno, line))
+    return lines
+
+
+def _hint(problems: list[str], hint: str) -> str:
+    """``hint``, with how to fix the encoding when a problem is one."""
+    if any(": not UTF-8: " in p for p in problems):
+        return f"{hint}\n{ENCODING_HINT}"
+    return hint
 
 
 def _raise_problems(kind: str, source: Pathlike, problems: list[str], hint: str) -> None:
@@ -225,36 +313,38 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
     audio_path = _manifest_audio_paths(base)
     problems: list[str] = []
     rows: list[tuple[int, dict[str, Any], str]] = []
-    with manifest.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{manifest}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(_problem(where, f"not valid JSON ({exc.msg})"))
-                continue
-            if not isinstance(row, dict):
-                problems.append(_problem(where, "a line must be a JSON object"))
-                continue
-            missing = [k for k in NEMO_REQUIRED if k not in row]
-            if missing:
-                problems.append(_problem(where, f"missing key(s) {', '.join(missing)}"))
-                continue
-            try:
-                float(row["duration"])
-                float(row.get("offset", 0.0))
-            except (TypeError, ValueError):
-                problems.append(_problem(where, "duration/offset must be numbers"))
-                continue
-            rows.append((lineno, row, audio_path(str(row["audio_filepath"]))))
+    for lineno, line in read_text_lines(manifest, problems):
+        if not line.strip():
+            continue
+        where = f"{manifest}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(_problem(where, f"not valid JSON at column {exc.colno} ({exc.msg})"))
+            continue
+        if not isinstance(row, dict):
+            problems.append(_problem(where, "a line must be a JSON object"))
+            continue
+        missing = [k for k in NEMO_REQUIRED if k not in row]
+        if missing:
+            problems.append(_problem(where, f"missing key(s) {', '.join(missing)}"))
+            continue
+        try:
+            float(row["duration"])
+            float(row.get("offset", 0.0))
+        except (TypeError, ValueError):
+            problems.append(_problem(where, "duration/offset must be numbers"))
+            continue
+        rows.append((lineno, row, audio_path(str(row["audio_filepath"]))))
     _raise_problems(
         "NeMo manifest",
         manifest,
         problems,
-        "Fix these lines (each must be a JSON object with audio_filepath, duration "
-        "and text) or remove them.",
+        _hint(
+            problems,
+            "Fix these lines (each must be a JSON object with audio_filepath, duration "
+            "and text) or remove them.",
+        ),
     )
 
     infos = read_audio_infos((audio for _, _, audio in rows), threads=threads)
@@ -298,16 +388,51 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
     return cuts
 
 
-def _line_numbers(path: Path) -> dict[str, int]:
+KALDI_TABLES = (
+    "wav.scp",
+    "text",
+    "segments",
+    "utt2spk",
+    "spk2utt",
+    "spk2gender",
+    "utt2gender",
+    "utt2dur",
+    "reco2dur",
+    "utt2lang",
+)
+"""The text tables of a Kaldi data directory that asrflow (through Lhotse) reads."""
+
+
+def _line_numbers(lines: list[tuple[int, str]]) -> dict[str, int]:
     """Map the first token of each line of a Kaldi table to its 1-based line number."""
-    lines: dict[str, int] = {}
-    if path.is_file():
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                key = line.split(maxsplit=1)[0] if line.strip() else None
-                if key is not None:
-                    lines.setdefault(key, lineno)
-    return lines
+    found: dict[str, int] = {}
+    for lineno, line in lines:
+        key = line.split(maxsplit=1)[0] if line.strip() else None
+        if key is not None:
+            found.setdefault(key, lineno)
+    return found
+
+
+def _read_kaldi_tables(data_dir: Path, problems: list[str]) -> dict[str, list[tuple[int, str]]]:
+    """The lines of every table present (see :func:`read_text_lines`), by file name."""
+    return {
+        name: read_text_lines(data_dir / name, problems)
+        for name in KALDI_TABLES
+        if (data_dir / name).is_file()
+    }
+
+
+def _without_bom(data_dir: Path, tables: dict[str, list[tuple[int, str]]], tmp: Path) -> Path:
+    """``data_dir``, or a copy of its tables in ``tmp`` without their byte-order marks.
+
+    Lhotse reads the tables itself and would take a BOM for part of the first ID; the user's
+    files are never changed.
+    """
+    if not any((data_dir / name).read_bytes().startswith(BOM.encode()) for name in tables):
+        return data_dir
+    for name, lines in tables.items():
+        (tmp / name).write_text("".join(line for _, line in lines), encoding="utf-8")
+    return tmp
 
 
 def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> list[MonoCut]:
@@ -315,16 +440,19 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
 
     ``sampling_rate`` is the rate declared for the corpus; the validation rule re-reads every
     header and reports files whose real rate differs. Pipe commands in wav.scp are not supported
-    (asrflow must be able to hash and header-read every audio file).
+    (asrflow must be able to hash and header-read every audio file). Every table must be UTF-8
+    (a leading byte-order mark is ignored with a warning).
     """
     data_dir = Path(data_dir)
     wav_scp = data_dir / "wav.scp"
     if not wav_scp.is_file():
         raise AsrflowError(f"cannot import Kaldi data dir {data_dir}: {wav_scp} does not exist")
-    scp_lines = _line_numbers(wav_scp)
     problems: list[str] = []
+    tables = _read_kaldi_tables(data_dir, problems)
+    _raise_problems("Kaldi data dir", data_dir, problems, ENCODING_HINT)
+    scp_lines = _line_numbers(tables["wav.scp"])
     audio: dict[str, str] = {}
-    for lineno, line in enumerate(wav_scp.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in tables["wav.scp"]:
         parts = line.split(maxsplit=1)
         if not parts:
             continue
@@ -355,10 +483,14 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
         "List one readable audio file per recording in wav.scp (convert piped "
         "audio to files first, e.g. with sox).",
     )
-    recordings, supervisions, _ = load_kaldi_data_dir(
-        data_dir, sampling_rate=sampling_rate, num_jobs=1, use_reco2dur=False
-    )
-    text_lines = _line_numbers(data_dir / "text")
+    with tempfile.TemporaryDirectory(prefix="asrflow-kaldi-") as tmp:
+        recordings, supervisions, _ = load_kaldi_data_dir(
+            _without_bom(data_dir, tables, Path(tmp)),
+            sampling_rate=sampling_rate,
+            num_jobs=1,
+            use_reco2dur=False,
+        )
+    text_lines = _line_numbers(tables.get("text", []))
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
     if supervisions is not None:
         cuts = cuts.trim_to_supervisions(keep_overlapping=False)

@@ -16,6 +16,7 @@ from asrflow.data.filter import FilterConfig, filter_cuts, write_filter_report
 from asrflow.data.importers import import_manifest
 from asrflow.data.split import group_holdout
 from asrflow.data.validate import ValidationConfig, raise_on_errors, validate_splits
+from asrflow.errors import AsrflowError
 from asrflow.io import write_json, write_text
 from asrflow.text import TextNormalization
 from asrflow.types import Hz, Pathlike
@@ -60,15 +61,28 @@ def validate_corpus(
     validation: Mapping[str, Any],
     normalization: Mapping[str, Any],
     threads: int = 4,
+    sampling_rate: Hz | None = None,
+    model_rates: Mapping[str, Hz] | None = None,
 ) -> list[str]:
     """Validate every split together; write the report, then (only if it passed) the cuts.
+
+    ``sampling_rate``: the corpus's declared rate, if any; ``model_rates``: ``{run: rate}``
+    the frontends of the runs that use the corpus expect (see
+    :func:`~asrflow.data.validate.validate_splits`).
 
     On errors the readable report is logged and :class:`~asrflow.errors.ValidationFailed`
     stops the workflow, naming each bad manifest line.
     """
     splits = {name: list(load_cuts(path)) for name, path in split_paths.items()}
     config = ValidationConfig.from_dict({**validation, "threads": threads})
-    report = validate_splits(corpus, splits, config, TextNormalization.from_dict(normalization))
+    report = validate_splits(
+        corpus,
+        splits,
+        config,
+        TextNormalization.from_dict(normalization),
+        sampling_rate=sampling_rate,
+        model_rates=model_rates,
+    )
     text = report.to_text()
     log.info("\n%s", text)
     raise_on_errors(report)
@@ -89,13 +103,31 @@ def filter_split(
     filter: Mapping[str, Any],
     slice_fields: list[str],
     normalization: Mapping[str, Any],
+    name: str = "",
 ) -> None:
-    """Apply duration and characters-per-second limits; report every removal."""
+    """Apply duration and characters-per-second limits; report every removal.
+
+    A split the filter empties is an error naming it (``name``, e.g. ``corpus/split``): nothing
+    downstream can train or evaluate on it.
+    """
     kept, report = filter_cuts(
         load_cuts(cuts_path),
         FilterConfig(**filter),
         TextNormalization.from_dict(normalization),
         slice_fields=slice_fields,
     )
+    if report["input"] and not report["kept"]:
+        reasons = ", ".join(f"{r}: {n}" for r, n in report["removed_by_reason"].items() if n)
+        corpus = name.split("/")[0] or "<corpus>"
+        examples = [e for found in report["examples"].values() for e in found][:3]
+        shown = "; ".join(
+            f"{e['origin']} ({e['duration']} s, {e['chars_per_second']} chars/s)" for e in examples
+        )
+        raise AsrflowError(
+            f"the filter removed all {report['input']} utterances of split "
+            f"{name or cuts_path} ({reasons}; e.g. {shown}): nothing would be left to train or "
+            f"evaluate on. Loosen corpora.{corpus}.filter (now {dict(filter)}) or check the "
+            "manifest's durations and transcripts"
+        )
     save_cuts(kept, out)
     write_filter_report(report, report_json, report_txt)

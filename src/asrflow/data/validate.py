@@ -8,10 +8,15 @@ the report. Lhotse's own per-cut checks (:func:`lhotse.qa.validate`) run first.
 Checks (``code`` in the report):
 
 errors
+    ``empty_split``          a split has no utterances.
     ``lhotse_invalid``       Lhotse's structural checks on the cut failed.
     ``audio_unreadable``     the audio file is missing or its header (or, with
                              ``full_decode``, its samples) cannot be read.
-    ``sampling_rate``        the header's sampling rate differs from the manifest's.
+    ``audio_truncated``      a WAV header declares more frames than the file holds (an
+                             interrupted copy), whatever the manifest's duration says.
+    ``audio_empty``          the file holds no samples (a header only).
+    ``sampling_rate``        the header's sampling rate differs from the corpus's declared
+                             ``sampling_rate`` (or, for Kaldi, from the rate it was read at).
     ``empty_text``           the transcript is empty or whitespace only.
     ``duration_mismatch``    a whole-file utterance's declared duration differs from the audio's
                              by more than ``duration_tolerance`` seconds.
@@ -21,6 +26,8 @@ errors
     ``group_in_two_splits``  a speaker/session (``group_fields``) occurs in two splits and the
                              field is not listed in ``allow_group_overlap``.
 warnings
+    ``mixed_sampling_rates`` no ``sampling_rate`` is declared and the audio has several rates
+                             (each file is resampled to the model's rate when loaded).
     ``mixed_case``           some transcripts are upper case, others lower case.
     ``digits_and_words``     numbers are written as digits in some transcripts and as words in
                              others.
@@ -138,6 +145,7 @@ class Report:
     warnings: list[Issue] = dc_field(default_factory=list)
     checks: list[str] = dc_field(default_factory=list)
     config: dict[str, Any] = dc_field(default_factory=dict)
+    sampling: dict[str, Any] = dc_field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -152,6 +160,7 @@ class Report:
             "errors_by_code": dict(Counter(i.code for i in self.errors)),
             "warnings_by_code": dict(Counter(i.code for i in self.warnings)),
             "splits": self.splits,
+            "sampling_rates": self.sampling,
             "checks": self.checks,
             "config": self.config,
             "errors": [asdict(i) for i in self.errors],
@@ -171,6 +180,15 @@ class Report:
                 f"  {name:>8}: {stats['utterances']} utterances, "
                 f"{stats['hours']:.3f} h, {stats['speakers']} speakers ({rates})"
             )
+        if self.sampling:
+            found = ", ".join(f"{sr} Hz: {n}" for sr, n in self.sampling["found"].items())
+            declared = self.sampling["declared"]
+            lines += [
+                "",
+                f"Sampling rates: {found or 'none read'}; declared: "
+                f"{f'{declared} Hz' if declared else 'none'}.",
+                f"Audio: {self.sampling['note']}.",
+            ]
         for title, issues in (("Errors", self.errors), ("Warnings", self.warnings)):
             if issues:
                 lines += ["", f"{title}:"]
@@ -182,6 +200,8 @@ class Report:
 
 
 DEFAULT_CONFIG = ValidationConfig()
+OPERATIONAL = frozenset({"threads"})
+"""Settings that change how validation runs, not what it finds: kept out of the report."""
 
 
 def _issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
@@ -214,10 +234,35 @@ def _read_infos(splits: Splits, config: ValidationConfig) -> dict[str, AudioInfo
     return infos
 
 
-def check_lhotse(splits: Splits, **_: Any) -> Iterable[Issue]:
+def check_split_sizes(splits: Splits, **_: Any) -> Iterable[Issue]:
+    """No split is empty (an empty train split would only fail later, in the tokenizer)."""
+    for split, cuts in splits.items():
+        if not cuts:
+            yield Issue(
+                "error",
+                "empty_split",
+                split,
+                split,
+                f"split {split}",
+                f"split {split!r} has 0 utterances",
+                "give it a manifest with utterances (is the file empty, or every line blank?), "
+                "or remove the split from the corpus in the config",
+            )
+
+
+def _bad_audio(info: AudioInfo | Exception) -> bool:
+    """Unreadable, truncated or empty audio: :func:`check_audio` names the file as the fault."""
+    return isinstance(info, Exception) or info.header_samples is not None or not info.num_samples
+
+
+def check_lhotse(
+    splits: Splits, infos: Mapping[str, AudioInfo | Exception], **_: Any
+) -> Iterable[Issue]:
     """Lhotse's structural per-cut checks (positive duration, supervision bounds, ...)."""
     for split, cuts in splits.items():
         for cut in cuts:
+            if _bad_audio(infos[_audio_path(cut)]):
+                continue
             try:
                 lhotse_validate(cut)
             except AssertionError as exc:
@@ -235,9 +280,12 @@ def check_audio(
     splits: Splits,
     infos: Mapping[str, AudioInfo | Exception],
     config: ValidationConfig,
+    corpus: str = "<corpus>",
+    sampling_rate: int | None = None,
     **_: Any,
 ) -> Iterable[Issue]:
-    """Audio opens, sampling rate as declared, duration matches, segment inside the file."""
+    """Audio opens, is whole and not empty, has the declared sampling rate (``sampling_rate``,
+    else the rate the manifest gives), lasts as long as declared, and a segment lies inside."""
     tol = config.duration_tolerance
     for split, cuts in splits.items():
         for cut in cuts:
@@ -254,15 +302,53 @@ def check_audio(
                     "fix the path or the file, or remove the line",
                 )
                 continue
-            if info.sampling_rate != cut.sampling_rate:
+            if info.header_samples is not None:
+                yield _issue(
+                    "error",
+                    "audio_truncated",
+                    split,
+                    cut,
+                    f"audio {path} is truncated: its header says {info.header_samples} frames, "
+                    f"the file holds {info.num_samples}",
+                    "the file is damaged (an interrupted copy or download?), not the manifest "
+                    "line: copy it again from its source, or remove the line",
+                )
+                continue
+            if not info.num_samples:
+                yield _issue(
+                    "error",
+                    "audio_empty",
+                    split,
+                    cut,
+                    f"audio {path} holds no samples (a header only)",
+                    "the file is damaged or was never written, not the manifest line: replace "
+                    "it from its source, or remove the line",
+                )
+                continue
+            expected = sampling_rate or cut.sampling_rate
+            if info.sampling_rate != expected:
+                if sampling_rate:
+                    said = f"corpora.{corpus}.sampling_rate declares {sampling_rate} Hz"
+                    hint = (
+                        f"resample the file to {sampling_rate} Hz (e.g. `sox in.wav -r "
+                        f"{sampling_rate} out.wav`), or remove sampling_rate from corpora."
+                        f"{corpus} to accept several rates (each file is resampled to the "
+                        "model's rate when loaded)"
+                    )
+                else:
+                    said = f"the manifest reads it as {cut.sampling_rate} Hz"
+                    hint = (
+                        f"declare corpora.{corpus}.sampling_rate: {info.sampling_rate} if that "
+                        "is the corpus's rate (a Kaldi data dir is read at the declared rate, "
+                        f"16000 Hz when none is), or resample the file to {cut.sampling_rate} Hz"
+                    )
                 yield _issue(
                     "error",
                     "sampling_rate",
                     split,
                     cut,
-                    f"audio is {info.sampling_rate} Hz but the manifest says "
-                    f"{cut.sampling_rate} Hz",
-                    "re-import the corpus",
+                    f"audio {path} is {info.sampling_rate} Hz but {said}",
+                    hint,
                 )
             actual = info.duration
             if not field(cut, SEGMENT):
@@ -287,6 +373,46 @@ def check_audio(
                     f"({actual:.3f} s)",
                     "correct offset/duration or the audio path",
                 )
+
+
+def check_sampling_rates(
+    splits: Splits,
+    infos: Mapping[str, AudioInfo | Exception],
+    corpus: str = "<corpus>",
+    sampling_rate: int | None = None,
+    model_rates: Mapping[str, int] | None = None,
+    **_: Any,
+) -> Iterable[Issue]:
+    """Without a declared ``sampling_rate``, audio at several rates is a warning with counts."""
+    if sampling_rate:
+        return
+    by_rate: dict[int, list[Cut]] = defaultdict(list)
+    for cuts in splits.values():
+        for cut in cuts:
+            info = infos[_audio_path(cut)]
+            if not isinstance(info, Exception):
+                by_rate[info.sampling_rate].append(cut)
+    if len(by_rate) > 1:
+        counts = "; ".join(
+            f"{rate} Hz: {len(cuts)} (e.g. {_examples(cuts)})"
+            for rate, cuts in sorted(by_rate.items())
+        )
+        yield _convention_issue(
+            "mixed_sampling_rates",
+            "all",
+            f"the audio has {len(by_rate)} sampling rates: {counts}",
+            f"{resampling_note(model_rates)}; if one rate is expected, declare corpora."
+            f"{corpus}.sampling_rate so that any other is an error",
+        )
+
+
+def resampling_note(model_rates: Mapping[str, int] | None) -> str:
+    """What happens to audio at another rate than the model's, for the report."""
+    rates = sorted(set((model_rates or {}).values()))
+    if not rates:
+        return "each file is resampled to the rate of the model's frontend when loaded"
+    runs = ", ".join(f"{run}: {rate} Hz" for run, rate in sorted((model_rates or {}).items()))
+    return f"each file is resampled when loaded to the rate the model's frontend expects ({runs})"
 
 
 def check_text(splits: Splits, **_: Any) -> Iterable[Issue]:
@@ -474,8 +600,10 @@ def check_conventions(
 
 
 CHECKS: tuple[Callable[..., Iterable[Issue]], ...] = (
+    check_split_sizes,
     check_lhotse,
     check_audio,
+    check_sampling_rates,
     check_text,
     check_unique_ids,
     check_audio_leakage,
@@ -496,22 +624,65 @@ def _split_stats(cuts: Sequence[Cut], infos: Mapping[str, AudioInfo | Exception]
     }
 
 
+def sampling_summary(
+    splits: Splits,
+    infos: Mapping[str, AudioInfo | Exception],
+    sampling_rate: int | None,
+    model_rates: Mapping[str, int] | None,
+) -> dict[str, Any]:
+    """The report's ``sampling_rates``: declared, found (utterances per rate), models' rates."""
+    found = Counter(
+        info.sampling_rate
+        for cuts in splits.values()
+        for c in cuts
+        if not isinstance(info := infos[_audio_path(c)], Exception)
+    )
+    return {
+        "declared": sampling_rate,
+        "found": {str(k): v for k, v in sorted(found.items())},
+        "models": dict(sorted((model_rates or {}).items())),
+        "note": resampling_note(model_rates),
+    }
+
+
 def validate_splits(
     corpus: str,
     splits: Splits,
     config: ValidationConfig = DEFAULT_CONFIG,
     normalization: TextNormalization = DEFAULT_NORMALIZATION,
+    *,
+    sampling_rate: int | None = None,
+    model_rates: Mapping[str, int] | None = None,
 ) -> Report:
-    """Run every check over all splits of a corpus and return the report (never raises)."""
+    """Run every check over all splits of a corpus and return the report (never raises).
+
+    ``sampling_rate``: the corpus's declared rate (every file must have it), or ``None``;
+    ``model_rates``: ``{run: rate}`` the frontends of the runs using the corpus expect (for the
+    report: audio is resampled to it when loaded).
+    """
     infos = _read_infos(splits, config)
     report = Report(
         corpus=corpus,
         splits={name: _split_stats(cuts, infos) for name, cuts in splits.items()},
         checks=[check.__name__ for check in CHECKS],
-        config={**asdict(config), "normalization": normalization.to_dict()},
+        # the thread count is left out: the report is the same whatever the core count
+        config={
+            **{k: v for k, v in asdict(config).items() if k not in OPERATIONAL},
+            "normalization": normalization.to_dict(),
+        },
+        sampling=sampling_summary(splits, infos, sampling_rate, model_rates),
     )
     for check in CHECKS:
-        for issue in check(splits=splits, infos=infos, config=config, normalization=normalization):
+        found = check(
+            splits=splits,
+            infos=infos,
+            config=config,
+            normalization=normalization,
+            corpus=corpus,
+            sampling_rate=sampling_rate,
+            model_rates=model_rates,
+        )
+        for issue in found:
             (report.errors if issue.severity == "error" else report.warnings).append(issue)
     log.info(
         "validated %s: %d errors, %d warnings", corpus, len(report.errors), len(report.warnings)
