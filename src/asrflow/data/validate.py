@@ -11,7 +11,8 @@ errors
     ``empty_split``          a split has no utterances.
     ``lhotse_invalid``       Lhotse's structural checks on the cut failed.
     ``audio_unreadable``     the audio file is missing or its header (or, with
-                             ``full_decode``, its samples) cannot be read.
+                             ``full_decode``, its samples) cannot be read, or (with
+                             ``full_decode``) it holds NaN or infinite samples.
     ``audio_truncated``      a WAV header declares more frames than the file holds (an
                              interrupted copy), whatever the manifest's duration says.
     ``audio_empty``          the file holds no samples (a header only).
@@ -47,6 +48,7 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import soundfile
 from lhotse.cut import Cut
 from lhotse.qa import validate as lhotse_validate
@@ -212,6 +214,10 @@ def _audio_path(cut: Cut) -> str:
     return str(cut.recording.sources[0].source)
 
 
+class NonFiniteAudio(ValueError):
+    """Decoded audio holds NaN or infinite samples (a float WAV written from a broken model)."""
+
+
 def _read_infos(splits: Splits, config: ValidationConfig) -> dict[str, AudioInfo | Exception]:
     paths = {_audio_path(c) for cuts in splits.values() for c in cuts}
     infos = read_audio_infos(paths, threads=config.threads)
@@ -222,11 +228,20 @@ def _read_infos(splits: Splits, config: ValidationConfig) -> dict[str, AudioInfo
             if isinstance(info, Exception):
                 return info
             try:
-                n = len(soundfile.read(path, dtype="int16", always_2d=True)[0])
+                samples = soundfile.read(path, dtype="float32", always_2d=True)[0]
             except Exception as exc:
                 return exc
-            if n != info.num_samples:
-                return RuntimeError(f"decoded {n} samples, header says {info.num_samples}")
+            if len(samples) != info.num_samples:
+                return RuntimeError(
+                    f"decoded {len(samples)} samples, header says {info.num_samples}"
+                )
+            bad = ~np.isfinite(samples).all(axis=1)
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0]) / info.sampling_rate
+                return NonFiniteAudio(
+                    f"holds non-finite samples (NaN or inf) from {first:.3f} s on "
+                    f"({int(bad.sum())} frames)"
+                )
             return info
 
         with ThreadPoolExecutor(max_workers=max(1, config.threads)) as pool:
@@ -292,7 +307,12 @@ def check_audio(
             path = _audio_path(cut)
             info = infos[path]
             if isinstance(info, Exception):
-                what = "does not exist" if not Path(path).exists() else f"cannot be read: {info}"
+                if isinstance(info, NonFiniteAudio):
+                    what = str(info)
+                elif not Path(path).exists():
+                    what = "does not exist"
+                else:
+                    what = f"cannot be read: {info}"
                 yield _issue(
                     "error",
                     "audio_unreadable",
