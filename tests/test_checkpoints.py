@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrflow.checkpoints import LIGHTNING_PREFIX, load_model_state, read_model_state
+from asrflow.checkpoints import (
+    LIGHTNING_PREFIX,
+    DamagedCheckpoint,
+    checkpoint_damage,
+    load_model_state,
+    read_model_state,
+    read_training_checkpoint,
+)
 from asrflow.errors import AsrflowError
 
 STATE = {
@@ -226,3 +233,53 @@ def test_a_non_string_key_is_an_error(tmp_path):
     path = save(tmp_path, {0: torch.zeros(2)}, "ints.pth")
     with pytest.raises(AsrflowError, match=r"ints\.pth: key 0 of the state dict is not a string"):
         read_model_state(path)
+
+
+# --- whole or damaged -----------------------------------------------------------------------------
+
+
+def _flip_a_tensor_byte(path):
+    """Damage one byte inside the tensor data of a ``torch.save`` file (not its header)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(torch.full((4,), 7.0).numpy().tobytes())
+    assert at > 0
+    data[at + 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_tensor_bytes_fail_the_crc_check(tmp_path):
+    path = save(tmp_path, {"w": torch.full((1000,), 7.0)})
+    _flip_a_tensor_byte(path)
+    assert not torch.equal(torch.load(path, weights_only=True)["w"], torch.full((1000,), 7.0))
+    assert "fails its CRC check" in checkpoint_damage(path)
+    with pytest.raises(DamagedCheckpoint, match=r"x\.pth: cannot be read .*fails its CRC check"):
+        read_model_state(path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda good: b"", "the file is empty (0 bytes)"),
+        (lambda good: good[: len(good) // 2], "it is not a whole zip archive"),
+        (lambda good: good[:-1], "it is not a whole zip archive"),
+    ],
+    ids=["zero-bytes", "half", "last-byte-missing"],
+)
+def test_a_training_checkpoint_is_read_whole_or_refused(tmp_path, damage, reason):
+    good = save(tmp_path, lightning_checkpoint(STATE, step=40), "good.ckpt")
+    assert read_training_checkpoint(good)["global_step"] == 40
+    assert checkpoint_damage(good, zip_required=True) is None
+    bad = tmp_path / "last.ckpt"
+    bad.write_bytes(damage(good.read_bytes()))
+    with pytest.raises(DamagedCheckpoint) as err:
+        read_training_checkpoint(bad)
+    assert str(err.value).startswith(f"{bad}: ") and reason in str(err.value)
+    assert err.value.reason.startswith(reason)
+
+
+def test_a_state_dict_is_no_training_checkpoint(tmp_path):
+    path = save(tmp_path, dict(STATE), "model.ckpt")
+    with pytest.raises(DamagedCheckpoint, match=r"model\.ckpt: it holds no 'state_dict'"):
+        read_training_checkpoint(path)
+    with pytest.raises(DamagedCheckpoint, match=r"nothing\.ckpt: no such checkpoint file"):
+        read_training_checkpoint(tmp_path / "nothing.ckpt")

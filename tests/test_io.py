@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -256,3 +259,101 @@ def test_write_jsonl_gz_unserializable_record_leaves_nothing(tmp_path: Path) -> 
     with pytest.raises(TypeError):
         write_jsonl_gz(target, [{"x": object()}])
     assert siblings(target) == []
+
+
+# --- a disk that fills ----------------------------------------------------------------------------
+
+_LIMITED = """
+import resource, signal, sys
+{setup}
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+try:
+{code}
+except Exception as exc:
+    print(f"{{type(exc).__name__}}: {{exc}}", file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def run_with_file_size_limit(
+    code: str, limit: int, cwd: Path, setup: str = "", timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python whose files may not grow past ``limit`` bytes (a disk that
+    fills, simulated with RLIMIT_FSIZE; ``setup`` runs before the limit is set). An exception
+    exits with status 3 and ``<type>: <message>`` as the last line of stderr."""
+    body = textwrap.indent(textwrap.dedent(code).strip(), "    ")
+    script = _LIMITED.format(setup=textwrap.dedent(setup).strip(), limit=limit, code=body)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("writer", ["write_bytes", "write_jsonl_gz", "atomic_output"])
+def test_a_full_disk_raises_write_failed_and_keeps_the_old_file(tmp_path: Path, writer) -> None:
+    target = tmp_path / "x.jsonl.gz"
+    target.write_bytes(b"old content")
+    age(target)
+    code = {
+        "write_bytes": "aio.write_bytes(target, b'x' * 100_000)",
+        "write_jsonl_gz": "aio.write_jsonl_gz(target, ({'i': i, 'r': random.random()} "
+        "for i in range(20_000)))",
+        "atomic_output": "with aio.atomic_output(target) as tmp, open(tmp, 'wb') as f:\n"
+        "    f.write(b'x' * 100_000)",
+    }[writer]
+    proc = run_with_file_size_limit(
+        code,
+        limit=4096,
+        cwd=tmp_path,
+        setup=f"import random\nfrom pathlib import Path\nimport asrflow.io as aio\n"
+        f"target = Path({str(target)!r})",
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"WriteFailed: {target}: could not be written whole (")
+    )
+    assert f"Nothing half-written was kept: {target} keeps its previous content" in proc.stderr
+    assert f"Free space on the filesystem of {tmp_path} and rerun" in proc.stderr
+    assert target.read_bytes() == b"old content" and target.stat().st_mtime_ns == OLD_NS
+    assert siblings(target) == ["x.jsonl.gz"]  # no temporary file left behind
+
+
+def test_a_full_disk_before_the_first_write_creates_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "new.bin"
+    proc = run_with_file_size_limit(
+        "aio.write_text(target, 'y' * 10_000)",
+        limit=1000,
+        cwd=tmp_path,
+        setup=f"from pathlib import Path\nimport asrflow.io as aio\ntarget = Path({str(target)!r})",
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert f"{target} was not created" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_failure_is_recognised_through_torch_and_errno() -> None:
+    import errno
+
+    assert aio.is_write_failure(OSError(errno.ENOSPC, "No space left on device"))
+    assert aio.is_write_failure(OSError(errno.EFBIG, "File too large"))
+    torch_error = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704")
+    assert aio.is_write_failure(torch_error)
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        except OSError as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as wrapped:
+        assert aio.is_write_failure(wrapped)
+    assert not aio.is_write_failure(OSError(errno.EACCES, "Permission denied"))
+    assert not aio.is_write_failure(RuntimeError("CUDA out of memory"))

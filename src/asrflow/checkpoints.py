@@ -20,6 +20,14 @@ arbitrary code just by being read. Tensors and plain containers are all a model'
 a file that names any other global is refused with an :class:`AsrflowError` that names it, and
 the global is never called.
 
+Why the zip check. ``torch.load`` reads a tensor's bytes without checking them: a checkpoint
+whose data was damaged after its header loads "fine" and gives wrong weights. ``torch.save``
+writes a zip archive with a CRC-32 per member, so every file is first read whole and checked
+against them (:func:`checkpoint_damage`); a file cut short (a full disk, a job killed
+mid-write) has no zip directory at its end and is refused the same way, with
+:class:`DamagedCheckpoint` naming it. Files in PyTorch's old, non-zip format are left to
+``torch.load``.
+
 Example::
 
     state, fmt = read_model_state("results/runs/r1/checkpoints/last.ckpt")   # fmt "lightning"
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +59,18 @@ LIGHTNING_PREFIX = "model."
 FORMATS = ("lightning", "espnet_checkpoint", "state_dict")
 """The second result of :func:`read_model_state`: which kind of file the weights came from."""
 
+
+class DamagedCheckpoint(AsrflowError):
+    """A checkpoint file is missing, empty, cut short or corrupt: it must not be trusted.
+
+    ``reason`` is what is wrong with it, without the file's name or advice.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
 _REFUSED_GLOBAL = re.compile(r"GLOBAL (\S+?)\.?(?:\s|$)")
 
 
@@ -68,11 +89,51 @@ def _refusal(exc: BaseException) -> str:
     return _first_line(text).split(". Please", 1)[0] or type(exc).__name__
 
 
-def _load(path: Path) -> Any:
+def checkpoint_damage(path: Pathlike, *, zip_required: bool = False) -> str | None:
+    """Why ``path`` is not a whole ``torch.save`` file, or ``None`` when it reads back whole.
+
+    The file must not be empty and, when it is a zip archive (what ``torch.save`` writes), every
+    member must match its CRC-32. A file that is no zip archive is damaged when
+    ``zip_required`` (a file torch 1.6 or later wrote, e.g. a Lightning checkpoint, is always
+    one: a file cut short loses the zip directory at its end); otherwise it is left to
+    ``torch.load`` (PyTorch's old format). A missing file is reported as damage too.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "the file is empty (0 bytes)"
+        if not zipfile.is_zipfile(path):
+            if zip_required:
+                return (
+                    f"it is not a whole zip archive ({size} bytes, no zip directory at its "
+                    "end): the write was cut short"
+                )
+            return None
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except FileNotFoundError:
+        return "the file does not exist"
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        return f"its zip archive cannot be read ({type(exc).__name__}: {exc})"
+    if bad is not None:
+        return f"member {bad!r} of its zip archive fails its CRC check: the bytes were damaged"
+    return None
+
+
+def _load(path: Path, *, mmap: bool = False, zip_required: bool = False) -> Any:
     import torch
 
+    if path.is_file():
+        damage = checkpoint_damage(path, zip_required=zip_required)
+        if damage is not None:
+            raise DamagedCheckpoint(
+                f"{path}: cannot be read as a PyTorch checkpoint ({damage}); the file is "
+                "damaged or incomplete: rerun the job that wrote it",
+                damage,
+            )
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise AsrflowError(f"{path}: no such checkpoint file") from None
     except IsADirectoryError:
@@ -90,14 +151,15 @@ def _load(path: Path) -> Any:
         raise _damaged(path, exc) from None
 
 
-def _damaged(path: Path, exc: BaseException) -> AsrflowError:
+def _damaged(path: Path, exc: BaseException) -> DamagedCheckpoint:
     kind = type(exc)
     name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
     reason = _first_line(str(exc)).split(". ", 1)[0]  # torch's advice follows the first sentence
     reason = f"{name}: {reason}" if reason else name
-    return AsrflowError(
+    return DamagedCheckpoint(
         f"{path}: cannot be read as a PyTorch checkpoint ({reason}); the file is damaged, "
-        "incomplete or not a checkpoint: rerun the job that wrote it"
+        "incomplete or not a checkpoint: rerun the job that wrote it",
+        f"torch.load fails ({reason})",
     )
 
 
@@ -157,6 +219,29 @@ def read_model_state(path: Pathlike) -> tuple[dict[str, torch.Tensor], str]:
         where = "'model' entry of ESPnet's checkpoint"
         return _checked_state(obj["model"], path, where), "espnet_checkpoint"
     return _checked_state(obj, path, "state dict"), "state_dict"
+
+
+def read_training_checkpoint(path: Pathlike) -> dict[str, Any]:
+    """A Lightning checkpoint that training can resume from, read whole and checked.
+
+    Tensors are memory-mapped, so checking a large file costs little memory. Raises
+    :class:`DamagedCheckpoint` naming ``path`` when it is missing, empty, cut short, fails a CRC
+    check, cannot be loaded, or is no Lightning checkpoint (no ``state_dict``/``global_step``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DamagedCheckpoint(f"{path}: no such checkpoint file", "the file does not exist")
+    try:
+        obj = _load(path, mmap=True, zip_required=True)
+    except DamagedCheckpoint:
+        raise
+    except AsrflowError as exc:
+        raise DamagedCheckpoint(str(exc)) from None
+    for key, kind in (("state_dict", Mapping), ("global_step", int)):
+        if not isinstance(obj, Mapping) or not isinstance(obj.get(key), kind):
+            reason = f"it holds no {key!r}, so it is no Lightning training checkpoint"
+            raise DamagedCheckpoint(f"{path}: {reason}", reason)
+    return dict(obj)
 
 
 def load_model_state(path: Pathlike) -> dict[str, torch.Tensor]:

@@ -5,6 +5,10 @@ beside the target and renamed into place, so a reader never sees a half-written 
 target already holds byte-identical content, the temporary file is dropped and the target is left
 untouched (its mtime stays), so reruns that reproduce the same bytes look unchanged downstream.
 
+A write that fails for lack of room (a full disk, an exhausted quota, a file-size limit) raises
+:class:`WriteFailed`, naming the target; the temporary file is removed and the target keeps its
+old content, so a rerun after freeing space starts from a clean state.
+
 Example::
 
     with atomic_output("results/x.bin") as tmp:
@@ -13,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import gzip
 import io
@@ -24,7 +29,56 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from asrflow.errors import AsrflowError
 from asrflow.types import Pathlike
+
+_NO_ROOM = frozenset(
+    code for code in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None)) if code
+)
+_TORCH_WRITE_FAILURES = ("PytorchStreamWriter failed", "unexpected pos", "file write failed")
+"""How ``torch.save`` reports a write cut short: a ``RuntimeError`` from its zip writer, without
+an errno (measured with torch 2.14 under a file-size limit: ``unexpected pos 704 vs 598``)."""
+
+
+class WriteFailed(AsrflowError):
+    """A file could not be written whole: no room left on its disk, quota or file-size limit."""
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) says a write ran out of room:
+    ``ENOSPC``, ``EFBIG`` or ``EDQUOT``, or ``torch.save``'s zip writer failing."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _NO_ROOM:
+            return True
+        if isinstance(current, RuntimeError) and any(
+            m in str(current) for m in _TORCH_WRITE_FAILURES
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def write_failed(target: Pathlike, exc: BaseException, kept: str | None = None) -> WriteFailed:
+    """The :class:`WriteFailed` for ``target`` whose write failed with ``exc``.
+
+    ``kept`` says what a reader finds now; by default the target's old content or its absence.
+    """
+    target = Path(target)
+    if kept is None:
+        kept = (
+            f"{target} keeps its previous content"
+            if target.exists()
+            else f"{target} was not created"
+        )
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return WriteFailed(
+        f"{target}: could not be written whole ({type(exc).__name__}: {reason}); the disk, the "
+        f"quota or the file-size limit ran out of room. Nothing half-written was kept: {kept}. "
+        f"Free space on the filesystem of {target.parent} and rerun"
+    )
 
 
 @contextmanager
@@ -33,8 +87,8 @@ def atomic_output(path: Pathlike, suffix: str | None = None) -> Iterator[Path]:
 
     ``suffix`` defaults to the target's own suffixes, so libraries that pick a format from the
     file name (``.jsonl.gz``, ``.wav``) still do the right thing. On an exception the temporary
-    file is removed and the target is untouched. If the new content equals the old, the target
-    keeps its mtime.
+    file is removed and the target is untouched; a failure for lack of room is raised as
+    :class:`WriteFailed`. If the new content equals the old, the target keeps its mtime.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,6 +100,10 @@ def atomic_output(path: Pathlike, suffix: str | None = None) -> Iterator[Path]:
     try:
         yield tmp
         commit(tmp, target)
+    except Exception as exc:
+        if not isinstance(exc, WriteFailed) and is_write_failure(exc):
+            raise write_failed(target, exc) from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 

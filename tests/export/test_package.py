@@ -186,3 +186,43 @@ def test_reexport_from_another_source_replaces_the_package(trained, tmp_path):
     assert (out / MODEL).read_bytes() == model_bytes  # same weights, same bytes
     assert json.loads((out / MANIFEST).read_text(encoding="utf-8")) == manifest
     assert sorted(os.listdir(tmp_path)) == ["pkg"]
+
+
+def test_a_disk_that_fills_during_export_publishes_nothing(trained, tmp_path):
+    """The real export (torch.save, file copies) in a process whose files may not outgrow the
+    package's largest file but model.pth: the write fails, the old package stays as it was."""
+    from tests.test_io import run_with_file_size_limit
+
+    out = tmp_path / "pkg"
+    _export(trained, out)
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    sizes = {name: len(data) for name, (data, _) in before.items()}
+    limit = max(size for name, size in sizes.items() if name != MODEL) + 1
+    assert sizes[MODEL] > limit, sizes  # model.pth is the write that runs out of room
+    args = tmp_path / "espnet_config.json"
+    args.write_text(json.dumps(vars(trained.args), default=str), encoding="utf-8")
+    setup = f"""
+        import json
+        from pathlib import Path
+        from asrflow.export.package import build_espnet_model, export_package
+        args = json.loads(Path({str(args)!r}).read_text())
+    """
+    code = f"""
+        export_package(
+            state_dict_or_checkpoint={str(trained.state_dict)!r}, espnet_args=args,
+            bpe_model={str(trained.bpe_model)!r}, tokens_txt={str(trained.tokens)!r},
+            out_dir={str(out)!r}, artifact="tiny-last",
+        )
+    """
+    proc = run_with_file_size_limit(code, limit, tmp_path, setup)
+    assert proc.returncode == 3, proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"WriteFailed: {out}: could not be written whole (")
+    ), proc.stderr
+    assert f"Nothing half-written was kept: {out} keeps the package it held before" in proc.stderr
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    assert after == before
+    assert sorted(os.listdir(tmp_path)) == ["espnet_config.json", "pkg"]  # no half-built package
+    verify_package(out)

@@ -310,3 +310,47 @@ def test_mix_renames_an_id_that_two_corpora_share():
     for weights in (None, [1, 1]):
         ids = [c.id for c in mix_epoch([a, b], weights, epoch=0)]
         assert len(ids) == 10 and len(set(ids)) == 10
+
+
+def write_float_wav(path: Path, seconds: float, bad: dict[int, float], sr: int = 16000) -> Path:
+    """Float WAV of quiet noise with ``bad`` samples (index -> value, e.g. NaN) planted."""
+    import numpy as np
+    import soundfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    samples = (np.random.default_rng(0).standard_normal(round(seconds * sr)) * 0.1).astype(
+        np.float32
+    )
+    for i, value in bad.items():
+        samples[i] = value
+    soundfile.write(path, samples, sr, subtype="FLOAT")
+    return path
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_non_finite_audio_names_the_cut_and_its_file(corpus, workers: int):
+    from asrflow.train.data import NonFiniteAudio
+
+    root = corpus.root / "nan"
+    write_wav(root / "good.wav", 0.5)
+    bad = write_float_wav(root / "bad.wav", 0.5, {4000: float("nan"), 4001: float("inf")})
+    manifest = write_nemo(
+        root / "m.jsonl",
+        [
+            {"audio_filepath": "good.wav", "duration": 0.5, "text": "hello"},
+            {"audio_filepath": "bad.wav", "duration": 0.5, "text": "there"},
+        ],
+    )
+    cuts = CutSet.from_cuts(import_nemo(manifest))
+    batching = {"max_duration": 10.0, "num_buckets": 2}
+    loader = make_dataloader(cuts, corpus.encoder, batching, num_workers=workers)
+    with pytest.raises(NonFiniteAudio) as err:
+        list(loader)
+    msg = str(err.value)
+    assert f"{bad}: cut bad ({manifest}:2) has 2 NaN/inf sample(s), the first at 0.250 s" in msg
+    assert "good" not in msg.replace(str(root), "")  # only the bad cut is named
+    assert "replace the audio file" in msg and "remove the utterance from the manifest" in msg
+    # the fix a rerun needs: the same file, clean; the same manifest then loads
+    write_float_wav(bad, 0.5, {})
+    batch = AsrDataset(corpus.encoder)[cuts]
+    assert torch.isfinite(batch["speech"]).all() and sorted(batch["ids"]) == ["bad", "good"]

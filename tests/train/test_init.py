@@ -13,7 +13,9 @@ import yaml
 
 from asrflow.errors import AsrflowError
 from asrflow.train.init import (
+    MAX_LISTED,
     InitConfig,
+    InitMismatch,
     apply_init,
     check_token_list,
     find_weights,
@@ -98,19 +100,68 @@ def test_include_exclude_keep_the_encoder_and_reinitialise_ctc(models, fresh, so
 def test_shape_mismatch_names_the_key_and_both_shapes(models, fresh, tmp_path):
     path = tmp_path / "wide.pth"
     torch.save(models[2].state_dict(), path)
-    with pytest.raises(AsrflowError, match=r"shape mismatch for 'encoder\.[^']+': \(") as err:
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(InitMismatch) as err:
         apply_init(fresh, {"model": str(path)})
-    assert str(path) in str(err.value)
+    msg = str(err.value)
+    assert f"init: {path} (init.model {str(path)!r}) does not fit the run's model" in msg
+    wide, narrow = models[2].state_dict(), fresh.state_dict()
+    misshaped = [k for k in wide if tuple(wide[k].shape) != tuple(narrow[k].shape)]
+    assert len(misshaped) > MAX_LISTED
+    assert f"{len(misshaped)} shape mismatch(es), the file's shape vs the model's: " in msg
+    first = misshaped[0]
+    assert f"{first!r} {tuple(wide[first].shape)} vs {tuple(narrow[first].shape)}" in msg
+    assert f"and {len(misshaped) - MAX_LISTED} more" in msg
+    assert "Exclude the keys that differ in the run's init.exclude" in msg
+    # nothing was loaded: the model is as it was, ready for a rerun with fixed patterns
+    assert all(_equal(fresh.state_dict()[k], v) for k, v in before.items())
 
 
 def test_a_key_the_model_lacks_is_an_error_unless_excluded(models, fresh, tmp_path):
     state = {**models[0].state_dict(), "decoder.embed.0.weight": torch.zeros(3, 3)}
     path = tmp_path / "extra.pth"
     torch.save(state, path)
-    with pytest.raises(AsrflowError, match=r"'decoder\.embed\.0\.weight', which the model lacks"):
+    with pytest.raises(InitMismatch) as err:
         apply_init(fresh, {"model": str(path)})
+    msg = str(err.value)
+    assert "1 key(s) the model lacks: 'decoder.embed.0.weight' (3, 3)" in msg
+    assert "they start with decoder.*" in msg and str(path) in msg
     record = apply_init(fresh, {"model": str(path), "exclude": ["decoder.*"]})
     assert record["skipped_keys"] == 1
+
+
+def test_keys_the_file_lacks_are_an_error_unless_excluded(models, fresh, tmp_path):
+    """A package without some of the model's keys would leave them at their random start."""
+    source = models[0].state_dict()
+    ctc = [k for k in source if k.startswith("ctc.")]
+    path = tmp_path / "no_ctc.pth"
+    torch.save({k: v for k, v in source.items() if k not in ctc}, path)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(InitMismatch) as err:
+        apply_init(fresh, {"model": str(path)})
+    msg = str(err.value)
+    assert f"{len(ctc)} model key(s) selected by include ['*'] and exclude [] that the file " in msg
+    assert f"{ctc[0]!r} {tuple(source[ctc[0]].shape)}" in msg
+    assert "they start with ctc.*" in msg
+    assert all(_equal(fresh.state_dict()[k], v) for k, v in before.items())
+    record = apply_init(fresh, {"model": str(path), "exclude": ["ctc.*"]})
+    assert record["loaded_keys"] == len(source) - len(ctc)
+
+
+def test_all_three_kinds_are_listed_together(models, fresh, tmp_path):
+    source = models[0].state_dict()
+    key = next(k for k in source if k.startswith("encoder.") and source[k].dim() == 2)
+    state = {k: v for k, v in source.items() if not k.startswith("ctc.")}
+    state[key] = torch.zeros(*source[key].shape[::-1], 1)
+    state["extra.weight"] = torch.zeros(2)
+    path = tmp_path / "mixed.pth"
+    torch.save(state, path)
+    with pytest.raises(InitMismatch) as err:
+        apply_init(fresh, {"model": str(path)})
+    msg = str(err.value)
+    assert "1 key(s) the model lacks: 'extra.weight' (2,)" in msg
+    assert f"1 shape mismatch(es), the file's shape vs the model's: {key!r}" in msg
+    assert "that the file lacks: 'ctc." in msg
 
 
 def test_a_load_that_changes_nothing_is_caught(fresh, source_pth, monkeypatch):

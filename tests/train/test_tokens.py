@@ -13,7 +13,7 @@ from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import BLANK, SOS_EOS, UNK, TokenizerConfig, train_tokenizer
-from asrflow.train.tokens import IGNORE_ID, TokenEncoder
+from asrflow.train.tokens import IGNORE_ID, TokenEncoder, TokenListMismatch
 
 NORM = TextNormalization()
 TEXTS = ["Hello there, general.", "The hotel is near the lake.", "A green tea, then another."]
@@ -151,3 +151,58 @@ def test_missing_files_are_user_errors(tmp_path: Path, char_tok):
         TokenEncoder(model, tmp_path / "nope.txt", NORM)
     with pytest.raises(AsrflowError, match="cannot load the SentencePiece model"):
         TokenEncoder(tmp_path / "nope.model", tokens, NORM)
+
+
+def test_a_mismatch_names_both_files_and_the_first_differing_id(tmp_path: Path, char_tok):
+    model, tokens = char_tok
+    lines = tokens.read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "bad_tokens.txt"
+    bad.write_text("\n".join([*lines[:4], lines[5], lines[4], *lines[6:]]) + "\n", "utf-8")
+    with pytest.raises(TokenListMismatch) as err:
+        TokenEncoder(model, bad, NORM)
+    msg = str(err.value)
+    assert str(model) in msg and str(bad) in msg
+    assert (
+        f"the lists first differ at token ID 4, line 5: {lines[5]!r} in bad_tokens.txt, "
+        f"{lines[4]!r} from the model's pieces"
+    ) in msg
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    end = rf"token ID {len(lines) - 1}, line {len(lines)}: \(end of list\) in short\.txt"
+    with pytest.raises(TokenListMismatch, match=end):
+        TokenEncoder(model, short, NORM)
+
+
+def _package_with(root: Path, bpe_model: Path, tokens: Path) -> Path:
+    """A package directory whose package.json vouches for the given tokenizer files."""
+    import hashlib
+    import json
+    import shutil
+
+    from asrflow.export.package import BPE_MODEL, CONFIG, MANIFEST, MODEL, TOKENS
+
+    root.mkdir(parents=True)
+    shutil.copyfile(bpe_model, root / BPE_MODEL)
+    shutil.copyfile(tokens, root / TOKENS)
+    (root / CONFIG).write_text("{}\n", encoding="utf-8")
+    (root / MODEL).write_bytes(b"never read")
+    names = (CONFIG, MODEL, BPE_MODEL, TOKENS)
+    files = {n: hashlib.sha256((root / n).read_bytes()).hexdigest() for n in names}
+    (root / MANIFEST).write_text(json.dumps({"files": files}), encoding="utf-8")
+    return root
+
+
+def test_evaluation_refuses_a_package_whose_tokenizer_and_token_list_differ(
+    tmp_path: Path, char_tok
+):
+    """Where the two meet at evaluation (the package's own files), before any model is built."""
+    from asrflow.evaluate.decode import Decoding, PackageModel
+
+    model, _ = char_tok
+    _, other_tokens = make_tokenizer(tmp_path / "other", ["xyz wvu", "quick box"])
+    pkg = _package_with(tmp_path / "pkg", model, other_tokens)
+    with pytest.raises(TokenListMismatch) as err:
+        PackageModel(pkg, Decoding(device="cpu"))
+    msg = str(err.value)
+    assert str(pkg / "bpe.model") in msg and str(pkg / "tokens.txt") in msg
+    assert "the lists first differ at token ID" in msg

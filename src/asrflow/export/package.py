@@ -32,7 +32,9 @@ appears.
 
 Writes are whole-or-absent and content-stable: the package is assembled in a temporary directory
 beside ``out_dir`` and renamed into place; if ``out_dir`` already holds exactly the same files,
-it is left untouched (mtimes included).
+it is left untouched (mtimes included). A disk that fills during the export raises
+:class:`~asrflow.io.WriteFailed`; the half-built directory is removed and ``out_dir`` keeps what it
+held.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ import yaml
 from asrflow.checkpoints import LIGHTNING_PREFIX, read_model_state
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
-from asrflow.io import dumps_json
+from asrflow.io import dumps_json, is_write_failure, write_failed
 from asrflow.train.tokens import TokenEncoder
 from asrflow.types import Pathlike
 
@@ -158,6 +160,15 @@ def export_package(
         }
         (tmp / MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
         _publish(tmp, out)
+    except Exception as exc:
+        if is_write_failure(exc):  # the disk filled: the half-built package goes, out stays
+            kept = (
+                f"{out} keeps the package it held before"
+                if out.exists()
+                else f"no package was published at {out}"
+            )
+            raise write_failed(out, exc, kept=kept) from exc
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

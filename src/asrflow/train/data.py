@@ -118,7 +118,10 @@ class AsrDataset(torch.utils.data.Dataset):
       ``padding_ratio`` (float, padded samples over all samples of ``speech``).
 
     A cut whose transcript encodes to no token raises :class:`AsrflowError` naming its manifest
-    line: CTC on an empty target is meaningless and poisons the loss.
+    line: CTC on an empty target is meaningless and poisons the loss. Audio with a NaN or
+    infinite sample (a float WAV written from a broken pipeline) raises :class:`NonFiniteAudio`
+    naming the cut and its file (:func:`check_finite`): it would make the loss of every batch it
+    lands in NaN, and the training would skip those batches in silence.
     """
 
     def __init__(self, encoder: TokenEncoder, sample_rate: Hz = 16000) -> None:
@@ -139,6 +142,7 @@ class AsrDataset(torch.utils.data.Dataset):
         speech, speech_lengths = collate_audio(batch, mono_downmix=True)
         speech = speech.to(torch.float32)
         speech_lengths = speech_lengths.to(torch.int64)
+        check_finite(speech, cuts, sr)
 
         text_lengths = torch.tensor([len(t) for t in targets], dtype=torch.int64)
         tokens = torch.full(
@@ -159,6 +163,41 @@ class AsrDataset(torch.utils.data.Dataset):
             "audio_seconds": float(sum(c.duration for c in cuts)),
             "padding_ratio": padding,
         }
+
+
+class NonFiniteAudio(AsrflowError):
+    """A cut's audio holds NaN or infinite samples."""
+
+
+def _audio_file(cut: Any) -> str:
+    recording = getattr(cut, "recording", None)
+    sources = getattr(recording, "sources", None) or []
+    return str(sources[0].source) if sources else f"(cut {cut.id}: no audio file)"
+
+
+def check_finite(speech: torch.Tensor, cuts: Sequence[Any], sample_rate: Hz) -> None:
+    """Raise :class:`NonFiniteAudio` unless every sample of ``speech`` (row ``i``: ``cuts[i]``,
+    at ``sample_rate``) is finite; the message names each bad cut (a few), its audio file and
+    manifest line."""
+    finite = torch.isfinite(speech)
+    if bool(finite.all()):
+        return
+    bad = [i for i in range(speech.shape[0]) if not bool(finite[i].all())]
+    described = []
+    for i in bad[:3]:
+        cut = cuts[i]
+        n = int((~finite[i]).sum())
+        seconds = int((~finite[i]).nonzero()[0, 0]) / sample_rate
+        described.append(
+            f"{_audio_file(cut)}: cut {cut.id} ({origin(cut)}) has {n} NaN/inf sample(s), the "
+            f"first at {seconds:.3f} s of the cut"
+        )
+    more = f" (and {len(bad) - 3} more cut(s) of this batch)" if len(bad) > 3 else ""
+    raise NonFiniteAudio(
+        "; ".join(described) + f"{more}. A NaN or infinite sample makes the loss of every "
+        "batch it is in NaN: replace the audio file with a clean one or remove the utterance "
+        "from the manifest, then rerun"
+    )
 
 
 def encode_cut(encoder: TokenEncoder, cut: Any) -> list[int]:

@@ -11,10 +11,12 @@ earlier asrflow run. Parameter keys are chosen with fnmatch patterns::
       include: ["encoder.*", "frontend.*", "normalize.*"]
       exclude: ["ctc.*", "decoder.*"]
 
-Every chosen key must exist in the new model with the same shape; keys the file has and the model
-lacks are an error unless left out by the patterns. ESPnet's own loader uses ``strict=False`` and
-silently ignores keys that do not match (a ``model.`` prefix left over from Lightning loads
-nothing and decodes garbage), so after loading, every chosen tensor is compared with its source.
+Every chosen key must exist in the new model with the same shape, and every model key the patterns
+choose must be in the file (else it would keep its random start unnoticed); anything else is an
+:class:`InitMismatch` that lists the keys (a few of each kind) with their shapes, unless left out
+by the patterns. ESPnet's own loader uses ``strict=False`` and silently ignores keys that do not
+match (a ``model.`` prefix left over from Lightning loads nothing and decodes garbage), so after
+loading, every chosen tensor is compared with its source.
 
 This module imports torch lazily: :func:`find_weights` is cheap enough for a Snakemake input
 function.
@@ -268,6 +270,71 @@ def select_keys(
     return selected, [k for k in state if k not in chosen]
 
 
+class InitMismatch(AsrflowError):
+    """``init`` weights that do not fit the run's model: keys missing, unexpected or mis-shaped."""
+
+
+MAX_LISTED = 5
+"""Keys of each kind an :class:`InitMismatch` lists (then "and N more")."""
+
+
+def _shape(tensor: Any) -> tuple[int, ...]:
+    return tuple(tensor.shape)
+
+
+def _listing(items: Sequence[str]) -> str:
+    more = f", and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else ""
+    return ", ".join(items[:MAX_LISTED]) + more
+
+
+def check_fit(
+    state: Mapping[str, Any],
+    target: Mapping[str, Any],
+    selected: Sequence[str],
+    cfg: InitConfig,
+    weights: Path,
+) -> None:
+    """Raise :class:`InitMismatch` unless the ``selected`` keys of ``state`` fit ``target``.
+
+    Three ways not to fit, all listed (a few keys of each, with shapes): a selected key the
+    model lacks; a selected key whose shape differs; a model key that the include/exclude
+    patterns select but the file lacks (it would silently keep its random start).
+    """
+    unexpected = [k for k in selected if k not in target]
+    misshaped = [k for k in selected if k in target and _shape(state[k]) != _shape(target[k])]
+    missing = [
+        k
+        for k in target
+        if k not in state and _matches(k, cfg.include) and not _matches(k, cfg.exclude)
+    ]
+    if not (unexpected or misshaped or missing):
+        return
+    problems = []
+    if unexpected:
+        keys = [f"{k!r} {_shape(state[k])}" for k in unexpected]
+        problems.append(f"{len(unexpected)} key(s) the model lacks: {_listing(keys)}")
+    if misshaped:
+        keys = [f"{k!r} {_shape(state[k])} vs {_shape(target[k])}" for k in misshaped]
+        problems.append(
+            f"{len(misshaped)} shape mismatch(es), the file's shape vs the model's: "
+            f"{_listing(keys)}"
+        )
+    if missing:
+        keys = [f"{k!r} {_shape(target[k])}" for k in missing]
+        problems.append(
+            f"{len(missing)} model key(s) selected by include {list(cfg.include)} and exclude "
+            f"{list(cfg.exclude)} that the file lacks: {_listing(keys)}"
+        )
+    differing = _prefixes([*unexpected, *misshaped, *missing])
+    raise InitMismatch(
+        f"init: {weights} (init.model {cfg.model!r}) does not fit the run's model: "
+        + "; ".join(problems)
+        + f". Exclude the keys that differ in the run's init.exclude (they start with "
+        f"{differing}; another vocabulary needs exclude: [ctc.*, decoder.*]) or make the "
+        "recipe's model section match the one the weights were trained with"
+    )
+
+
 def apply_init(
     model: torch.nn.Module, init_cfg: Mapping[str, Any], *, tokens: Pathlike | None = None
 ) -> dict[str, Any]:
@@ -304,20 +371,7 @@ def apply_init(
             f"{list(cfg.exclude)}; its keys start with {_prefixes(list(state))}"
         )
     target = model.state_dict()
-    for key in selected:
-        if key not in target:
-            raise AsrflowError(
-                f"init: {weights} has {key!r}, which the model lacks (model keys start with "
-                f"{_prefixes(list(target))}); exclude it (e.g. {key.split('.', 1)[0]}.*) or "
-                "check the recipe's model section"
-            )
-        src, dst = state[key], target[key]
-        if tuple(src.shape) != tuple(dst.shape):
-            raise AsrflowError(
-                f"init: shape mismatch for {key!r}: {tuple(src.shape)} in {weights}, "
-                f"{tuple(dst.shape)} in the model; exclude it (a different vocabulary needs "
-                "exclude: [ctc.*, decoder.*]) or match the recipe's sizes"
-            )
+    check_fit(state, target, selected, cfg, weights)
     chosen = {k: state[k] for k in selected}
     result = model.load_state_dict(chosen, strict=False)
     if result.unexpected_keys:  # checked above; here for safety

@@ -5,6 +5,15 @@ of a batch), so the order of batches depends only on the sampler's seed and epoc
 wrapper replays the epoch's order and drops the batches the interrupted run already trained on,
 so the run continues where it stopped instead of re-reading the same data. No audio is loaded
 while skipping. :class:`ResumableCSVLogger` keeps the interrupted run's metrics rows.
+
+Checkpoints are never trusted half-written. Every checkpoint asrflow's training writes
+(:class:`LastCheckpoint`, :class:`AtomicModelCheckpoint`) goes to a temporary name beside the
+target and is renamed into place once whole; a write that runs out of room raises
+:class:`~asrflow.io.WriteFailed` and leaves the previous file as it was. Before a rerun resumes,
+:func:`resume_checkpoint` reads ``last.ckpt`` whole (:func:`asrflow.checkpoints.checkpoint_damage`):
+a damaged one (empty, cut short, failing a CRC check) is replaced, with a warning naming it, by
+the newest intact checkpoint of the run, or the rerun stops with
+:class:`~asrflow.checkpoints.DamagedCheckpoint` when there is none.
 """
 
 from __future__ import annotations
@@ -12,16 +21,19 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from weakref import proxy
 
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from asrflow.io import atomic_output
+from asrflow.checkpoints import DamagedCheckpoint, read_training_checkpoint
+from asrflow.io import atomic_output, is_write_failure, write_failed
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +153,7 @@ class LastCheckpoint(Checkpoint):
         return "LastCheckpoint"
 
     def save(self, trainer: Any) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        trainer.save_checkpoint(tmp)
-        if trainer.is_global_zero:
-            os.replace(tmp, self.path)
+        save_checkpoint_atomically(trainer, self.path)
         trainer.strategy.barrier("asrflow-last-checkpoint")
         self._saved_step = trainer.global_step
 
@@ -161,3 +170,108 @@ class LastCheckpoint(Checkpoint):
         # validations: its final state is still what a rerun must find
         if self._saved_step != trainer.global_step:
             self.save(trainer)
+
+
+def save_checkpoint_atomically(trainer: Any, path: Path, weights_only: bool | None = None) -> None:
+    """``trainer.save_checkpoint`` to a temporary name beside ``path``, renamed once whole.
+
+    Every rank takes part (as in ``trainer.save_checkpoint``); global rank 0 writes and renames.
+    A write that fails removes the temporary file and leaves ``path`` as it was; one that ran out
+    of room (disk, quota, file-size limit) is raised as :class:`~asrflow.io.WriteFailed`.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        trainer.save_checkpoint(tmp, weights_only)
+        if trainer.is_global_zero:
+            os.replace(tmp, path)
+    except Exception as exc:
+        if trainer.is_global_zero:
+            tmp.unlink(missing_ok=True)
+        if is_write_failure(exc):
+            kept = (
+                f"{path} still holds the previous checkpoint, which a rerun resumes from"
+                if path.exists()
+                else f"{path} was not created"
+            )
+            raise write_failed(path, exc, kept=kept) from exc
+        raise
+
+
+class AtomicModelCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose files are written whole or not at all.
+
+    Lightning (2.6, through fsspec) writes a checkpoint to a file in the system's temporary
+    directory and *moves* it to its name: across filesystems (``/tmp`` on a node's disk, the
+    results on a shared one) that move is a copy, and a disk that fills during it leaves a torn
+    top-k checkpoint under its final name. This one writes beside the target and renames it
+    (:func:`save_checkpoint_atomically`). Its state in a checkpoint is keyed as Lightning's own
+    ``ModelCheckpoint``'s, so runs checkpointed by either resume with the other.
+    """
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"ModelCheckpoint{kwargs!r}"
+
+    def _save_checkpoint(self, trainer: Any, filepath: str) -> None:
+        save_checkpoint_atomically(trainer, Path(filepath), self.save_weights_only)
+        # what ModelCheckpoint._save_checkpoint does after writing (lightning 2.6)
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
+
+
+def resume_checkpoint(checkpoint_dir: Path, last: str = "last.ckpt") -> Path | None:
+    """The checkpoint a rerun resumes from: ``checkpoint_dir/last``, read whole first.
+
+    ``None`` when it does not exist (the run starts from scratch, as it always has). A damaged
+    one (empty, cut short, failing a CRC check, not loadable) is not trusted: the other
+    ``*.ckpt`` files of the directory (the top-k checkpoints) are read whole, and the one with
+    the highest ``global_step`` is copied over it (atomically), with a warning naming both; the
+    steps after it are trained again. Restoring ``last`` itself, rather than resuming from the
+    other file, keeps everything that reads ``last`` whole, even when the rerun has no step left
+    to train and so writes no new one. Under DDP every rank may restore it: the copies are the
+    same bytes. With no intact checkpoint, raises :class:`~asrflow.checkpoints.DamagedCheckpoint`
+    saying what to do.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    path = checkpoint_dir / last
+    if not path.exists():
+        return None
+    try:
+        read_training_checkpoint(path)
+        return path
+    except DamagedCheckpoint as exc:
+        damage = exc.reason
+    intact: list[tuple[int, float, Path]] = []
+    broken: list[str] = []
+    for other in sorted(checkpoint_dir.glob("*.ckpt")):
+        if other == path or other.name.startswith("."):
+            continue
+        try:
+            step = int(read_training_checkpoint(other)["global_step"])
+        except DamagedCheckpoint:
+            broken.append(other.name)
+            continue
+        intact.append((step, other.stat().st_mtime, other))
+    if not intact:
+        also = f" (also damaged: {', '.join(broken)})" if broken else ""
+        raise DamagedCheckpoint(
+            f"{path}: cannot resume from it: {damage}; {checkpoint_dir} holds no other intact "
+            f"checkpoint{also}. Delete {checkpoint_dir} to train the run from scratch",
+            damage,
+        )
+    step, _, fallback = max(intact)
+    log.warning(
+        "resume: %s is damaged (%s) and not trusted; resuming from %s (step %d), the newest "
+        "intact checkpoint in %s, copied over it: the steps after it are trained again",
+        path,
+        damage,
+        fallback,
+        step,
+        checkpoint_dir,
+    )
+    with atomic_output(path) as tmp:
+        shutil.copyfile(fallback, tmp)
+    return path

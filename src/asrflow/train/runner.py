@@ -174,7 +174,7 @@ def build_trainer_parts(
     Trainer's ``use_distributed_sampler`` is off: Lhotse's samplers shard by batch)."""
     import lightning as L
     from lhotse.dataset import SimpleCutSampler
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.callbacks import LearningRateMonitor
     from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.data import DataLoader
 
@@ -183,7 +183,12 @@ def build_trainer_parts(
     from asrflow.train.init import apply_init
     from asrflow.train.model import build_model
     from asrflow.train.module import AsrModule
-    from asrflow.train.resume import LastCheckpoint, ResumableCSVLogger, SkippingSampler
+    from asrflow.train.resume import (
+        AtomicModelCheckpoint,
+        LastCheckpoint,
+        ResumableCSVLogger,
+        SkippingSampler,
+    )
     from asrflow.train.tokens import TokenEncoder
 
     L.seed_everything(recipe.trainer.seed, workers=True)
@@ -239,7 +244,7 @@ def build_trainer_parts(
     module = AsrModule(model, recipe, encoder, references, diagnostics, train_sampler)
     ckpt_dir = work / CHECKPOINTS
     callbacks = [
-        ModelCheckpoint(
+        AtomicModelCheckpoint(
             dirpath=ckpt_dir,
             monitor=c.monitor,
             mode=c.mode,
@@ -368,6 +373,7 @@ def train_run(
         TrainingPreempted,
         result_failure,
     )
+    from asrflow.train.resume import resume_checkpoint
 
     work, out = Path(work_dir), Path(out_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -392,7 +398,8 @@ def train_run(
     claim_work_dir(work, identity, rank=rank)
     started = time.time()
     last = work / CHECKPOINTS / LAST
-    resumed_from = str(last) if last.is_file() else None
+    resume = resume_checkpoint(work / CHECKPOINTS, LAST)  # a damaged one is restored first
+    resumed_from = str(resume) if resume is not None else None
     preemption = PreemptionCheckpoint(last)
     rank_failures = RankFailures()
     trainer: Any = None

@@ -30,6 +30,10 @@ IGNORE_ID = -1
 """Padding value of target sequences (ESPnet's ``ignore_id``)."""
 
 
+class TokenListMismatch(AsrflowError):
+    """A SentencePiece model and a ``tokens.txt`` that do not belong together."""
+
+
 class TokenEncoder:
     """Encode normalized text to ESPnet token IDs and decode IDs back to text."""
 
@@ -70,10 +74,14 @@ class TokenEncoder:
         if self.tokens == expected:
             return
         problem = _first_difference(self.tokens, expected)
-        raise AsrflowError(
+        index = _first_index(self.tokens, expected)
+        raise TokenListMismatch(
             f"tokenizer/token-list mismatch: {self.tokens_txt} does not belong to "
-            f"{self.bpe_model} ({problem}); retrain the tokenizer or point the run at the "
-            "matching tokens.txt"
+            f"{self.bpe_model} ({problem}; the lists first differ at token ID {index}, line "
+            f"{index + 1}: "
+            f"{_at(self.tokens, index)} in {self.tokens_txt.name}, {_at(expected, index)} from "
+            "the model's pieces); retrain the tokenizer or point the run at the matching "
+            "tokens.txt"
         )
 
     @property
@@ -123,6 +131,18 @@ class TokenEncoder:
             f"TokenEncoder({str(self.bpe_model)!r}, {str(self.tokens_txt)!r}, "
             f"vocab_size={self.vocab_size})"
         )
+
+
+def _first_index(actual: list[str], expected: list[str]) -> int:
+    """The first index where the lists differ (the shorter one's length if one is a prefix)."""
+    return next(
+        (i for i, (a, e) in enumerate(zip(actual, expected, strict=False)) if a != e),
+        min(len(actual), len(expected)),
+    )
+
+
+def _at(tokens: list[str], index: int) -> str:
+    return repr(tokens[index]) if index < len(tokens) else "(end of list)"
 
 
 def _first_difference(actual: list[str], expected: list[str]) -> str:
