@@ -310,3 +310,10 @@ def test_the_snakefile_parses_without_importing_torch():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]", f"{modules} import {out.stdout.strip()}"
+
+
+def test_asrflow_debug_puts_a_user_errors_traceback_in_the_log(ws: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ASRFLOW_DEBUG", "1")
+    with pytest.raises(SystemExit), step(fake_snakemake(), quiet_exit=True):
+        raise ValidationFailed("data/in.txt, line 3: empty transcript; remove the line")
+    assert "Traceback" in Path("logs/toy.log").read_text()

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 RECORD_OUTPUT = "record"
 """Name of the rule output that receives the provenance record."""
 
+DEBUG_ENV = "ASRFLOW_DEBUG"
+"""``ASRFLOW_DEBUG=1 snakemake ...``: jobs log at DEBUG, with the traceback of a user error."""
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -112,19 +115,23 @@ class Step:
         *,
         script: Pathlike | None = None,
         hash_cache: HashCache | None = None,
-        level: int = logging.INFO,
+        level: int | None = None,
         rank: int | None = None,
         quiet_exit: bool | None = None,
     ) -> None:
         """``rank``: this process's rank in a multi-process job (default: the one its launcher
         set, :func:`~asrflow.train.cluster.launched_rank`); only rank 0 writes the job's log and
-        record. ``quiet_exit``: end the process with exit status 1 (no traceback on the console)
-        after logging a user error; default: when running as a Snakemake script job."""
+        record. ``level``: of the job's log; default INFO, DEBUG when the environment sets
+        ``ASRFLOW_DEBUG=1`` (a user error's traceback is then in the log). ``quiet_exit``: end
+        the process with exit status 1 (no traceback on the console) after logging a user
+        error; default: when running as a Snakemake script job."""
         self.snakemake = snakemake
         self.rank = launched_rank() if rank is None else rank
         self.rule = str(getattr(snakemake, "rule", None) or "unknown")
         self.script = Path(script) if script is not None else None
         self.hash_cache = hash_cache
+        if level is None:
+            level = logging.DEBUG if os.environ.get(DEBUG_ENV) == "1" else logging.INFO
         self.level = level
         if quiet_exit is None:
             kind = type(snakemake)
