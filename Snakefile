@@ -14,8 +14,10 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/tokenizer.smk"
 include: "rules/train.smk"
-include: "rules/select.smk"
+include: "rules/export.smk"
 include: "rules/evaluate.smk"
+include: "rules/select.smk"
+include: "rules/report.smk"
 
 
 # Jobs that only read small JSON/CSV files run on the submitting host, not as cluster jobs.

@@ -128,7 +128,8 @@ def audit_recipe(wildcards):
 
 def run_recipe(wildcards):
     """The run's recipe with its overrides and hardware (resources) merged in, parsed: the
-    settings that can change the weights, and the operational ones (layout.recipe_params)."""
+    settings that can change the weights, and the operational ones (layout.recipe_params).
+    """
     return layout.recipe_params(config, wildcards.run)
 
 
@@ -206,13 +207,24 @@ def eval_inputs(wildcards):
 def run_train_splits(wildcards):
     """The filtered train splits of a run's corpora (nothing else: the word LM's only input)."""
     return [
-        filtered_split(corpus, "train") for corpus in layout.run_corpora(config, wildcards.run)
+        filtered_split(corpus, "train")
+        for corpus in layout.run_corpora(config, wildcards.run)
     ]
 
 
 def eval_threads(wildcards):
     res = config["evaluation"]["resources"]
     return res["cpus_per_device"] * max(1, res["devices"])
+
+
+def eval_runtime(wildcards, attempt):
+    """An evaluation's time limit in minutes, longer on each retry."""
+    return config["evaluation"]["resources"]["runtime"] * attempt
+
+
+def run_dev_set(wildcards):
+    """The eval set a run selects on: its dev corpus's dev split."""
+    return layout.dev_set(config, wildcards.run)
 
 
 def eval_slice_fields(wildcards):

@@ -32,6 +32,8 @@ rule import_manifest:
         record=layout.prov(layout.imported("{corpus}", "{split}")),
     log:
         layout.log("import_manifest", "{corpus}", "{split}"),
+    benchmark:
+        layout.benchmark("import_manifest", "{corpus}", "{split}")
     conda:
         "../envs/asrflow.yaml"
     threads: 4
@@ -53,6 +55,8 @@ checkpoint holdout_split:
         record=layout.prov(layout.holdout_dir("{corpus}")),
     log:
         layout.log("holdout_split", "{corpus}"),
+    benchmark:
+        layout.benchmark("holdout_split", "{corpus}")
     conda:
         "../envs/asrflow.yaml"
     params:
@@ -83,7 +87,9 @@ checkpoint validate_corpus:
     params:
         validation=lookup(dpath="corpora/{corpus}/validation", within=config),
         normalization=config["text_normalization"],
-        sampling_rate=lookup(dpath="corpora/{corpus}/sampling_rate", within=config, default=None),
+        sampling_rate=lookup(
+            dpath="corpora/{corpus}/sampling_rate", within=config, default=None
+        ),
         model_rates=lambda w: layout.frontend_rates(config, w.corpus),
     script:
         "../scripts/validate_corpus.py"
@@ -103,6 +109,8 @@ rule filter_split:
         record=layout.prov(layout.filtered("{corpus}", "{split}")),
     log:
         layout.log("filter_split", "{corpus}", "{split}"),
+    benchmark:
+        layout.benchmark("filter_split", "{corpus}", "{split}")
     conda:
         "../envs/asrflow.yaml"
     params:

@@ -1,5 +1,6 @@
 # Judging the exported artifacts: each artifact on each eval set in a fresh process (bf16 weights,
-# no autocast), the choice on dev, and the comparison report over every run.
+# no autocast), with the word LM the lexicon decoding mode uses. Every evaluation summary is also
+# copied into the eval archive (layout.eval_archive), which the report reads for earlier revisions.
 
 
 rule evaluate:
@@ -18,6 +19,8 @@ rule evaluate:
         ),
     log:
         layout.log("evaluate", "{run}", "{artifact}", "{eval_set}"),
+    benchmark:
+        layout.benchmark("evaluate", "{run}", "{artifact}", "{eval_set}")
     conda:
         "../envs/asrflow.yaml"
     threads: eval_threads
@@ -25,8 +28,7 @@ rule evaluate:
         gpu=config["evaluation"]["resources"]["devices"],
         cpus_per_gpu=config["evaluation"]["resources"]["cpus_per_device"],
         mem_mb=config["evaluation"]["resources"]["mem_mb"],
-        runtime=lambda wildcards, attempt: config["evaluation"]["resources"]["runtime"]
-        * attempt,
+        runtime=eval_runtime,
     params:
         evaluation=layout.eval_params(config),
         slice_fields=eval_slice_fields,
@@ -44,85 +46,11 @@ rule word_lm:
         record=layout.prov(layout.word_lm_file("{run}")),
     log:
         layout.log("word_lm", "{run}"),
+    benchmark:
+        layout.benchmark("word_lm", "{run}")
     conda:
         "../envs/asrflow.yaml"
     params:
         normalization=config["text_normalization"],
     script:
         "../scripts/word_lm.py"
-
-
-rule select_model:
-    input:
-        evaluations=dev_evaluations,
-    output:
-        selected=layout.selected_file("{run}"),
-        record=layout.prov(layout.selected_file("{run}")),
-    log:
-        layout.log("select_model", "{run}"),
-    conda:
-        "../envs/asrflow.yaml"
-    params:
-        dev_set=lambda wildcards: layout.dev_set(config, wildcards.run),
-    script:
-        "../scripts/select_model.py"
-
-
-rule plot_learning_curves:
-    input:
-        artifacts=layout.run_file("{run}", "train", "artifacts"),
-    output:
-        figure=report(
-            layout.report_file("plots", "{run}", "learning_curves.png"),
-            caption="../report/learning_curves.rst",
-            category="Training",
-            subcategory="{run}",
-        ),
-        record=layout.prov(layout.report_file("plots", "{run}", "learning_curves.png")),
-    log:
-        layout.log("plot_learning_curves", "{run}"),
-    conda:
-        "../envs/asrflow.yaml"
-    script:
-        "../scripts/plot_learning_curves.py"
-
-
-rule plot_slices:
-    input:
-        evaluations=slice_evaluations,
-    output:
-        figure=report(
-            layout.report_file("plots", "{run}", "{eval_set}.slices.png"),
-            caption="../report/slices.rst",
-            category="Evaluation",
-            subcategory="{run}",
-        ),
-        record=layout.prov(layout.report_file("plots", "{run}", "{eval_set}.slices.png")),
-    log:
-        layout.log("plot_slices", "{run}", "{eval_set}"),
-    conda:
-        "../envs/asrflow.yaml"
-    script:
-        "../scripts/plot_slices.py"
-
-
-rule report:
-    input:
-        unpack(report_inputs),
-    output:
-        csv=layout.report_file("comparison.csv"),
-        markdown=layout.report_file("comparison.md"),
-        html=report(
-            layout.report_file("comparison.html"),
-            caption="../report/comparison.rst",
-            category="Comparison",
-        ),
-        record=layout.prov(layout.report_file("comparison.csv")),
-    log:
-        layout.log("report", "comparison"),
-    conda:
-        "../envs/asrflow.yaml"
-    params:
-        archive=layout.eval_archive(),
-    script:
-        "../scripts/report.py"

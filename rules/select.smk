@@ -1,36 +1,17 @@
-# Choosing the model: average each criterion's top-k checkpoints, export every artifact as a
-# package ESPnet's Speech2Text loads (baseline of a fine-tuning run, last, best per criterion,
-# averages).
+# Choosing the model: on dev only, among a run's evaluated artifacts (selection.* in the config).
 
 
-rule average_checkpoints:
+rule select_model:
     input:
-        summary=layout.run_file("{run}", "train", "summary.json"),
-        artifacts=layout.run_file("{run}", "train", "artifacts"),
+        evaluations=dev_evaluations,
     output:
-        weights=layout.average_file("{run}", "{average}"),
-        record=layout.prov(layout.average_file("{run}", "{average}")),
+        selected=layout.selected_file("{run}"),
+        record=layout.prov(layout.selected_file("{run}")),
     log:
-        layout.log("average_checkpoints", "{run}", "{average}"),
+        layout.log("select_model", "{run}"),
     conda:
         "../envs/asrflow.yaml"
     params:
-        criterion=average_criterion,
+        dev_set=run_dev_set,
     script:
-        "../scripts/average_checkpoints.py"
-
-
-rule export_artifact:
-    input:
-        unpack(export_inputs),
-    output:
-        package=directory(layout.export_dir("{run}", "{artifact}")),
-        record=layout.prov(layout.export_dir("{run}", "{artifact}")),
-    log:
-        layout.log("export_artifact", "{run}", "{artifact}"),
-    conda:
-        "../envs/asrflow.yaml"
-    params:
-        init_model=lookup(dpath="runs/{run}/init/model", within=config, default=None),
-    script:
-        "../scripts/export_artifact.py"
+        "../scripts/select_model.py"

@@ -15,6 +15,8 @@ rule audit_batches:
         record=layout.prov(layout.run_file("{run}", "audit", "batches.json")),
     log:
         layout.log("audit_batches", "{run}"),
+    benchmark:
+        layout.benchmark("audit_batches", "{run}")
     conda:
         "../envs/asrflow.yaml"
     params:
@@ -34,6 +36,8 @@ rule smoke_train:
         record=layout.prov(layout.run_file("{run}", "smoke", "summary.json")),
     log:
         layout.log("smoke_train", "{run}"),
+    benchmark:
+        layout.benchmark("smoke_train", "{run}")
     conda:
         "../envs/asrflow.yaml"
     threads: 2
