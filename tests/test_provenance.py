@@ -12,8 +12,18 @@ import pytest
 from snakemake.iocontainers import Namedlist
 
 from asrflow import provenance
+from asrflow import verify as verify_module
 from asrflow.hashing import HashCache, sha256_file, sha256_tree
 from asrflow.provenance import (
+    SCHEMA,
+    build_record,
+    code_version,
+    library_sha256,
+    package_versions,
+    to_jsonable,
+    write_record,
+)
+from asrflow.verify import (
     CHANGED_INPUT,
     INVALID_RECORD,
     MISSING_INPUT,
@@ -22,15 +32,8 @@ from asrflow.provenance import (
     NO_RECORD,
     NOT_FOUND,
     RECORD_MODIFIED,
-    SCHEMA,
-    build_record,
-    code_version,
-    library_sha256,
-    package_versions,
-    to_jsonable,
     verify,
     verify_report,
-    write_record,
 )
 
 RECORD = "results/step.prov.json"
@@ -138,7 +141,7 @@ def test_every_single_byte_flip_in_record_is_caught(tree: dict) -> None:
     for offset in range(len(original)):
         flip_byte(path, offset)
         # The record's own checks (what verify runs first) for every byte; full verify for some.
-        found = provenance._load(path).problems if offset % 50 else verify([RECORD])
+        found = verify_module._load(path).problems if offset % 50 else verify([RECORD])
         assert any(
             m.kind in (INVALID_RECORD, RECORD_MODIFIED) and m.path == RECORD for m in found
         ), f"flip at byte {offset} ({original[offset : offset + 1]!r}) not detected"
@@ -215,7 +218,7 @@ def test_files_without_records_and_missing_paths(tree: dict) -> None:
 
 def test_record_found_from_parent_directory(tree: dict) -> None:
     # A record one level up lists a file in a subdirectory.
-    assert [str(p) for p in provenance._candidate_records(Path("results/model/w.bin"))] == [
+    assert [str(p) for p in verify_module._candidate_records(Path("results/model/w.bin"))] == [
         str(Path.cwd() / RECORD)
     ]
 

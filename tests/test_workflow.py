@@ -15,7 +15,7 @@ from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params
 
 from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.hashing import sha256_file
-from asrflow.provenance import MODIFIED_OUTPUT, verify
+from asrflow.verify import MODIFIED_OUTPUT, verify
 from asrflow.workflow import Step, _caller_script, files_by_name, rank_log, step
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from asrflow.provenance import verify_report
+    from asrflow.verify import verify_report
 
     report = verify_report(args.paths, threads=args.threads)
     for m in report.mismatches:

@@ -34,15 +34,10 @@ from typing import Any, Self
 
 from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache
-from asrflow.provenance import (
-    build_record,
-    changed_since_written,
-    module_digests,
-    to_jsonable,
-    write_record,
-)
+from asrflow.provenance import build_record, module_digests, to_jsonable, write_record
 from asrflow.train.cluster import launched_rank
 from asrflow.types import Pathlike
+from asrflow.verify import changed_since_written
 
 log = logging.getLogger(__name__)
 

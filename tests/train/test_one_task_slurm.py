@@ -218,7 +218,7 @@ def test_both_ranks_train_on_disjoint_shards(job):
 
 
 def test_only_rank_0_writes_summaries_identity_and_record(job):
-    from asrflow.provenance import verify
+    from asrflow.verify import verify
 
     _, root, workflow, pid, _ = job
     writes = [json.loads(line) for line in (root / "writes.jsonl").read_text().splitlines()]
