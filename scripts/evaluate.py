@@ -1,11 +1,11 @@
 """Snakemake adapter of rule evaluate -> asrflow.evaluate.stages.evaluate_artifact_once."""
 
+from asrflow.evaluate.archive import archive_eval_summary
 from asrflow.evaluate.stages import decoding_from_config, evaluate_artifact_once
-from asrflow.report.comparison import archive_eval_summary
 from asrflow.text import TextNormalization
 from asrflow.workflow import step
 
-with step(snakemake):
+with step(snakemake) as s:
     evaluation = snakemake.params.evaluation
     summary = evaluate_artifact_once(
         snakemake.input.package,
@@ -23,4 +23,5 @@ with step(snakemake):
         threads=snakemake.threads,
         word_lm=snakemake.input.get("word_lm"),
     )
-    archive_eval_summary(summary, snakemake.params.archive)
+    archived = archive_eval_summary(summary, snakemake.params.archive)
+    s.add_details("archived", str(archived))

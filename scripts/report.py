@@ -1,9 +1,12 @@
 """Snakemake adapter of rule report -> asrflow.report.stages.build_report."""
 
+from asrflow.evaluate.archive import archive_files
 from asrflow.report.stages import build_report
 from asrflow.workflow import step
 
-with step(snakemake):
+with step(snakemake) as s:
+    # the eval archive is read beside the declared inputs: its files go on record
+    s.add_extra_inputs("archive", archive_files(snakemake.params.archive))
     build_report(
         train_summaries=snakemake.input.train,
         evaluations=snakemake.input.evaluations,

@@ -7,15 +7,13 @@ import pandas as pd
 import pytest
 
 from asrflow.errors import AsrflowError
+from asrflow.evaluate.archive import archive_eval_summary, archive_name, load_archive
 from asrflow.report.comparison import (
     COLUMNS,
     NONE,
-    archive_eval_summary,
-    archive_name,
     check_contracts,
     comparison_table,
     data_fingerprint,
-    load_archive,
     report_markdown,
     slice_table,
     write_report_tables,

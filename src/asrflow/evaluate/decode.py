@@ -100,7 +100,7 @@ class Decoding:
     def sha256(self, word_lm_sha256: str | None = None) -> str:
         """Fingerprint of what decides the transcripts: mode, its own settings, dtype and (mode
         lexicon_lm) the word LM; not the device or the batch size. Results with different
-        fingerprints are archived side by side (:func:`asrflow.report.comparison.archive_name`)."""
+        fingerprints are archived side by side (:func:`asrflow.evaluate.archive.archive_name`)."""
         own = {
             "greedy_ctc": (),
             "beam": ("beam_size", "ctc_weight"),

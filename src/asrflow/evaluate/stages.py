@@ -10,7 +10,7 @@ Writes, for ``results/runs/<run>/eval/<artifact>/<eval_set>/``:
   that say what was measured: the artifact's weights, the eval cuts and the scoring contract.
 
 The script also archives the summary by those hashes
-(:func:`asrflow.report.comparison.archive_eval_summary`), so a later data or model revision
+(:func:`asrflow.evaluate.archive.archive_eval_summary`), so a later data or model revision
 adds rows to the comparison instead of overwriting these.
 """
 

@@ -9,7 +9,7 @@ Inputs are the JSON summaries other rules write:
   scoring contract's sha256, decoding settings and speed;
 - selections (``results/runs/<run>/selected.json``): the chosen artifact of each run;
 - archived eval summaries: results of earlier data or model revisions, kept by artifact hash
-  (:func:`archive_eval_summary`, :func:`load_archive`).
+  (:mod:`asrflow.evaluate.archive`).
 
 Results scored under different contracts (or on different eval cuts) are never ranked together:
 ``rank`` is computed within one ``(eval_set, eval_cuts_sha256, contract_sha256)`` group of current
@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from asrflow.errors import AsrflowError
-from asrflow.io import write_json, write_text
+from asrflow.evaluate.archive import ARCHIVE_KEY, DECODING_KEY
+from asrflow.io import write_text
 from asrflow.types import Pathlike
 
 NONE = "-"
@@ -99,11 +97,6 @@ COLUMNS = (
     "world_size",
 )
 """Columns of :func:`comparison_table`, in order."""
-
-ARCHIVE_KEY = ("artifact_sha256", "eval_set", "eval_cuts_sha256", "contract_sha256")
-DECODING_KEY = "decoding_sha256"
-"""Part of an archived result's identity since the decoding modes grew (absent in older ones)."""
-"""What makes two eval summaries the same result: same model bytes, eval cuts and contract."""
 
 _BUDGET_KEYS = ("max_steps", "optimizer_steps", "max_epochs", "max_audio_seconds")
 
@@ -524,55 +517,6 @@ def write_report_tables(
     write_text(csv_path, df.to_csv(index=False, lineterminator="\n"))
     write_text(md_path, report_markdown(df))
     write_text(html_path, report_html(df))
-
-
-# --- archive of earlier results ----------------------------------------------------------------
-
-
-def archive_name(summary: Mapping[str, Any]) -> str:
-    """``<artifact_sha256[:16]>.<eval_set>.<eval_cuts_sha256[:12]>.<contract_sha256[:12]>``,
-    then ``.<decoding_sha256[:8]>`` when the summary has one, and ``.json``: the same model
-    decoded another way keeps its own file."""
-    missing = [k for k in ARCHIVE_KEY if not summary.get(k)]
-    if missing:
-        raise AsrflowError(
-            f"eval summary of run {summary.get('run')!r}, artifact {summary.get('artifact')!r} "
-            f"lacks {', '.join(missing)}; it cannot be archived (re-run the evaluation)"
-        )
-    eval_set = str(summary["eval_set"])
-    if "/" in eval_set or "\\" in eval_set or eval_set.startswith("."):
-        raise AsrflowError(f"eval set name {eval_set!r} cannot be part of a file name")
-    decoding = f".{summary[DECODING_KEY][:8]}" if summary.get(DECODING_KEY) else ""
-    return (
-        f"{summary['artifact_sha256'][:16]}.{eval_set}."
-        f"{summary['eval_cuts_sha256'][:12]}.{summary['contract_sha256'][:12]}{decoding}.json"
-    )
-
-
-def archive_eval_summary(summary: Mapping[str, Any], archive_dir: Pathlike) -> Path:
-    """Keep ``summary`` in ``archive_dir`` under :func:`archive_name`; returns its path.
-
-    The same result written again leaves the file untouched (same bytes, same mtime). A summary
-    with the same key but other content (a re-evaluation of the same model bytes on the same cuts
-    under the same contract, e.g. with new timings) replaces it.
-    """
-    path = Path(archive_dir) / archive_name(summary)
-    write_json(path, dict(summary))
-    return path
-
-
-def load_archive(archive_dir: Pathlike) -> list[dict[str, Any]]:
-    """Every archived eval summary in ``archive_dir`` (sorted by file name); [] if none."""
-    root = Path(archive_dir)
-    if not root.is_dir():
-        return []
-    out = []
-    for path in sorted(root.glob("*.json")):
-        try:
-            out.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as e:
-            raise AsrflowError(f"{path}: not a readable JSON eval summary ({e}); delete it") from e
-    return out
 
 
 # --- slices ----------------------------------------------------------------------------------

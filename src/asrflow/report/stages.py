@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from asrflow.evaluate.archive import load_archive
 from asrflow.io import read_json
 from asrflow.layout import prov
 from asrflow.provenance import InvalidRecord, read_record
-from asrflow.report.comparison import comparison_table, load_archive, write_report_tables
+from asrflow.report.comparison import comparison_table, write_report_tables
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
 from asrflow.status import Checkout, changed_code
 from asrflow.types import Pathlike
