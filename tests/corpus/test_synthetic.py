@@ -12,7 +12,6 @@ import yaml
 
 from asrflow.corpus.synthetic import (
     EN_VARIANTS,
-    NAMES,
     SPLITS,
     SyntheticCorpusConfig,
     coloured_noise,
@@ -23,6 +22,7 @@ from asrflow.corpus.synthetic import (
     plan_utterances,
     render,
 )
+from asrflow.corpus.vocabulary import NAMES
 
 SMALL = SyntheticCorpusConfig(
     num_utterances=40, seed=5, num_speakers=12, dev_speakers=1, test_speakers=1
