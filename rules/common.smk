@@ -4,12 +4,13 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from asrflow import layout
+from asrflow.artifacts import BASELINE, is_average
 from asrflow.data.audio_state import refresh_audio_state
 from asrflow.errors import AsrflowError
 from asrflow.params import canonical
 from asrflow.settings import config_error_message
 from asrflow.train.recipe import AUDIT_SECTIONS
-from asrflow.train.init import tracked_weights
+from asrflow.export.find import tracked_weights
 from asrflow.train.launch import train_resources
 from asrflow.workflow import share_package_with_jobs
 
@@ -177,7 +178,7 @@ def export_inputs(wildcards):
     """What an artifact is exported from: the trained run, its tokenizer, and for an
     average the averaged weights; the baseline only from the run's init weights."""
     run = wildcards.run
-    if wildcards.artifact == "baseline":
+    if wildcards.artifact == BASELINE:
         return run_init_weights(wildcards)
     tokenizer = layout.run(config, run)["tokenizer"]
     inputs = {
@@ -186,7 +187,7 @@ def export_inputs(wildcards):
         "bpe_model": layout.tokenizer_file(tokenizer, "bpe.model"),
         "tokens": layout.tokenizer_file(tokenizer, "tokens.txt"),
     }
-    if ".ave_" in wildcards.artifact:
+    if is_average(wildcards.artifact):
         inputs["averaged"] = layout.average_file(run, wildcards.artifact)
     return inputs
 

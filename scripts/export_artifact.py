@@ -1,7 +1,8 @@
 """Snakemake adapter of rule export_artifact -> asrflow.select.stages.export_run_artifact
 (export_baseline for a fine-tuning run's start weights)."""
 
-from asrflow.select.stages import BASELINE, export_baseline, export_run_artifact
+from asrflow.artifacts import BASELINE
+from asrflow.select.stages import export_baseline, export_run_artifact
 from asrflow.workflow import step
 
 with step(snakemake):

@@ -18,9 +18,8 @@ from asrflow.corpus.espeak import native_sample_rate, resample, synthesize
 from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.model import build_model
-from asrflow.train.module import greedy_ctc
-from asrflow.train.tokens import TokenEncoder
 
 TEXTS = ("red", "blue", "red blue", "blue red")
 MAX_STEPS = 300

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
+from asrflow.export.find import find_config, model_sample_rate
 
 RESULTS = "results"
 LOGS = "logs"
@@ -376,8 +378,7 @@ def frontend_rates(config: Config, corpus: str) -> dict[str, int]:
     rates = {}
     for name in config.get("runs", {}):
         if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
-            frontend_conf = run_recipe(config, name).model.get("frontend_conf") or {}
-            rates[name] = int(frontend_conf.get("fs", 16000))
+            rates[name] = model_sample_rate(run_recipe(config, name).model.get("frontend_conf"))
     return rates
 
 
@@ -424,8 +425,6 @@ def eval_params(config: Config) -> dict[str, Any]:
 def has_baseline(config: Config, name: str) -> bool:
     """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package
     or an ESPnet model directory) has a ``baseline`` artifact: its start weights."""
-    from asrflow.train.init import find_config
-
     init = run(config, name).get("init")
     if not init:
         return False
@@ -436,16 +435,12 @@ def has_baseline(config: Config, name: str) -> bool:
 
 
 def run_artifacts(config: Config, name: str) -> list[str]:
-    """The artifacts a run exports (see :mod:`asrflow.select.stages`)."""
-    from asrflow.select.stages import artifact_names
-
+    """The artifacts a run exports (see :mod:`asrflow.artifacts`)."""
     return artifact_names(run_recipe(config, name).criteria, has_baseline(config, name))
 
 
 def average_criterion(config: Config, name: str, average: str) -> tuple[str, int]:
     """(monitor, k) of an average artifact name such as ``valid.loss.ave_3best``."""
-    from asrflow.select.average import average_name
-
     for c in run_recipe(config, name).criteria:
         if average_name(c.monitor, c.top_k) == average:
             return c.monitor, c.top_k

@@ -15,7 +15,7 @@ as its message only; anything else with its traceback) and re-raised, so the job
 
 A multi-GPU train job runs its script once per rank: Lightning's launcher starts the other ranks
 by running the job's script (Snakemake's temporary copy) again, and ``srun`` may start one task
-per device. Only rank 0 (:func:`asrflow.train.cluster.launched_rank`) owns the job: it writes
+per device. Only rank 0 (:func:`asrflow.ranks.launched_rank`) owns the job: it writes
 ``snakemake.log[0]`` and the record. Every other rank logs to stderr and to its own file beside
 the job's log, ``<log stem>.rank<R><suffix>`` (``logs/train/big.rank1.log``), and writes no
 record, so a rank that starts later does not truncate the job's log.
@@ -35,7 +35,7 @@ from typing import Any, Self
 from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache
 from asrflow.provenance import build_record, module_digests, to_jsonable, write_record
-from asrflow.train.cluster import launched_rank
+from asrflow.ranks import launched_rank
 from asrflow.types import Pathlike
 from asrflow.verify import changed_since_written
 
@@ -115,7 +115,7 @@ class Step:
         quiet_exit: bool | None = None,
     ) -> None:
         """``rank``: this process's rank in a multi-process job (default: the one its launcher
-        set, :func:`~asrflow.train.cluster.launched_rank`); only rank 0 writes the job's log and
+        set, :func:`~asrflow.ranks.launched_rank`); only rank 0 writes the job's log and
         record. ``level``: of the job's log; default INFO, DEBUG when the environment sets
         ``ASRFLOW_DEBUG=1`` (a user error's traceback is then in the log). ``quiet_exit``: end
         the process with exit status 1 (no traceback on the console) after logging a user

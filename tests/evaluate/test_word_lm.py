@@ -21,7 +21,7 @@ from asrflow.evaluate.word_lm import (
     count_words,
 )
 from asrflow.export.package import export_package
-from asrflow.train.tokens import TokenEncoder
+from asrflow.tokens import TokenEncoder
 from tests.tiny_model import TEXTS, Trained, train_tiny
 
 

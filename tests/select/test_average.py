@@ -7,12 +7,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asrflow.artifacts import average_name
 from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.select.average import (
     RULE,
     average_checkpoints,
-    average_name,
     average_state_dicts,
     topk_checkpoints,
 )
@@ -253,20 +253,6 @@ def test_topk_checkpoints_unknown_monitor_or_failed_run():
         topk_checkpoints(SUMMARY, "valid/wer")
     with pytest.raises(AsrflowError, match="'failed'"):
         topk_checkpoints({"run": "x", "status": "failed"}, "valid/loss")
-
-
-def test_average_name_follows_espnet3():
-    assert average_name("valid/loss", 3) == "valid.loss.ave_3best"
-    assert average_name("valid/wer", 1) == "valid.wer.ave_1best"
-    assert average_name("valid.acc", 10) == "valid.acc.ave_10best"
-    with pytest.raises(ValueError):
-        average_name("valid/loss", 0)
-
-
-def test_average_name_matches_the_checkpoint_file_names():
-    from asrflow.train.runner import checkpoint_tag
-
-    assert average_name("valid/loss", 3).startswith(checkpoint_tag("valid/loss") + ".")
 
 
 # --- the whole step --------------------------------------------------------------------------

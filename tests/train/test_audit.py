@@ -16,8 +16,8 @@ from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+from asrflow.tokens import TokenEncoder
 from asrflow.train.audit import BatchStats, audit_batches, batch_stats, describe, summarize
-from asrflow.train.tokens import TokenEncoder
 
 NORM = TextNormalization()
 # Equal durations, no shuffle: the sampler yields consecutive groups of 4 cuts (max 4 s).

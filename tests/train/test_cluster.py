@@ -10,13 +10,8 @@ import pytest
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.cluster import (
-    ClusterInfo,
-    cpu_fallback,
-    detect_cluster,
-    launched_rank,
-    threads_per_rank,
-)
+from asrflow.ranks import launched_rank
+from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
 from asrflow.train.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 

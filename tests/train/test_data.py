@@ -16,6 +16,7 @@ from asrflow.data.importers import import_nemo
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+from asrflow.tokens import TokenEncoder
 from asrflow.train.data import (
     AsrDataset,
     Batching,
@@ -25,7 +26,6 @@ from asrflow.train.data import (
     mix_epoch,
     speed_perturb,
 )
-from asrflow.train.tokens import TokenEncoder
 from tests.conftest import write_nemo, write_wav
 
 NORM = TextNormalization()

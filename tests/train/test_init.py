@@ -12,16 +12,8 @@ import torch
 import yaml
 
 from asrflow.errors import AsrflowError
-from asrflow.train.init import (
-    MAX_LISTED,
-    InitConfig,
-    InitMismatch,
-    apply_init,
-    check_token_list,
-    find_weights,
-    select_keys,
-    tracked_weights,
-)
+from asrflow.export.find import check_token_list, find_weights, tracked_weights
+from asrflow.train.init import MAX_LISTED, InitConfig, InitMismatch, apply_init, select_keys
 from tests.train.tiny_espnet import TINY_CTC_MODEL, TOKENS, build_asr_model
 
 

@@ -1,6 +1,6 @@
 import torch
 
-from asrflow.train.module import greedy_ctc
+from asrflow.tokens import greedy_ctc
 from asrflow.train.resume import SkippingSampler
 
 

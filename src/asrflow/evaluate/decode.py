@@ -22,7 +22,7 @@ which is not what a bf16 deployment runs. :attr:`PackageModel.dtypes` records th
 for every evaluation summary.
 
 Decoding modes: ``greedy_ctc`` (the default; frame-wise argmax, repeats collapsed, blanks
-dropped: the very function training's validation uses, :func:`asrflow.train.module.greedy_ctc`),
+dropped: the very function training's validation uses, :func:`asrflow.tokens.greedy_ctc`),
 ``beam`` (ESPnet's own ``Speech2Text`` beam search, attention + CTC, with the same dtype
 casts applied to its model) and ``lexicon_lm`` (CTC beam search over the words of the train
 transcripts with their word bigram LM, :mod:`asrflow.evaluate.word_lm`; the CTC posteriors
@@ -44,6 +44,7 @@ import torch
 import yaml
 
 from asrflow.errors import AsrflowError
+from asrflow.export.find import model_sample_rate
 from asrflow.export.package import (
     BPE_MODEL,
     CONFIG,
@@ -54,8 +55,7 @@ from asrflow.export.package import (
     verify_package,
 )
 from asrflow.io import dumps_json
-from asrflow.train.module import greedy_ctc
-from asrflow.train.tokens import TokenEncoder
+from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,6 @@ class PackageModel:
 
     @property
     def sample_rate(self) -> int:
-        from asrflow.train.runner import model_sample_rate
-
         return model_sample_rate(self.config.get("frontend_conf"))
 
     @torch.inference_mode()

@@ -46,7 +46,7 @@ from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_json
 from asrflow.text import TextNormalization, normalize
 from asrflow.tokenizer import BLANK
-from asrflow.train.tokens import TokenEncoder
+from asrflow.tokens import TokenEncoder
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)

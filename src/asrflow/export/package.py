@@ -59,7 +59,7 @@ from asrflow.checkpoints import LIGHTNING_PREFIX, read_model_state
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import dumps_json, is_write_failure, write_failed
-from asrflow.train.tokens import TokenEncoder
+from asrflow.tokens import TokenEncoder
 from asrflow.types import Pathlike
 
 if TYPE_CHECKING:

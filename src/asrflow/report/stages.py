@@ -11,8 +11,7 @@ import pandas as pd
 
 from asrflow.evaluate.archive import load_archive
 from asrflow.io import read_json
-from asrflow.layout import prov
-from asrflow.provenance import InvalidRecord, read_record
+from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
 from asrflow.report.comparison import comparison_table, write_report_tables
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
 from asrflow.status import Checkout, changed_code
@@ -63,7 +62,7 @@ def build_report(
 def _changed_code(output: Pathlike, checkout: Checkout) -> list[str]:
     """The asrflow modules (and script) that made ``output`` and differ in this checkout now
     (from its provenance record; none when it has no record)."""
-    record = Path(prov(str(output)))
+    record = Path(f"{output}{RECORD_SUFFIX}")
     if not record.is_file():
         return []
     try:

@@ -36,7 +36,7 @@ zip's inner folder name does not come from the temporary file name).
 Example::
 
     best = topk_checkpoints(summary, "valid/loss")[:3]
-    name = average_name("valid/loss", 3)                  # "valid.loss.ave_3best"
+    name = average_name("valid/loss", 3)  # asrflow.artifacts: "valid.loss.ave_3best"
     record = average_checkpoints(
         [ckpt_dir / f for f, _ in best], out_dir / f"{name}.pth",
         monitor="valid/loss", k=3, scores=[s for _, s in best],
@@ -48,13 +48,13 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from asrflow.artifacts import step_of
 from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError, ValidationFailed
 from asrflow.hashing import sha256_file
@@ -160,28 +160,6 @@ def average_state_dicts(
 
 
 # --- naming and choosing ---------------------------------------------------------------------
-
-
-def average_name(monitor: str, k: int) -> str:
-    """File stem of the average of the ``k`` best checkpoints by ``monitor``.
-
-    ESPnet3's convention (``AverageCheckpointsCallback``: ``f"{monitor.replace('/', '.')}"
-    f".ave_{k}best.pth"``, as ESPnet2's ``{phase}.{criterion}.ave_{n}best.pth``), without the
-    ``.pth``: ``average_name("valid/loss", 3) == "valid.loss.ave_3best"``. ``/`` becomes ``.``
-    exactly as in the checkpoint file names (:func:`asrflow.train.runner.checkpoint_tag`).
-    """
-    if not monitor:
-        raise ValueError("monitor must be a non-empty name such as 'valid/loss'")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    return f"{monitor.replace('/', '.')}.ave_{k}best"
-
-
-def step_of(checkpoint: Pathlike) -> int | None:
-    """The optimizer step in a top-k checkpoint's name (``valid.loss.step0001250.ckpt`` ->
-    1250); ``None`` for a name without one (``last.ckpt``)."""
-    m = re.search(r"\.step(\d+)\.ckpt$", Path(checkpoint).name)
-    return int(m.group(1)) if m else None
 
 
 def topk_checkpoints(summary: Mapping[str, Any], monitor: str) -> list[tuple[str, float]]:

@@ -25,18 +25,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from asrflow.artifacts import BASELINE, LAST, is_average
 from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_json
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
-
-BASELINE = "baseline"
-LAST = "last"
-
-
-def is_average(artifact: str) -> bool:
-    return ".ave_" in artifact
 
 
 def _rank(summary: Mapping[str, Any]) -> tuple:

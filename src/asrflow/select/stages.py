@@ -15,31 +15,15 @@ Artifact names of a run (``runs.<run>`` with its recipe's ``best_model_criterion
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from asrflow.artifacts import BASELINE, CHECKPOINTS, LAST, LAST_CHECKPOINT, best_name, is_average
 from asrflow.errors import AsrflowError
 from asrflow.export.package import export_package
 from asrflow.io import read_json
-from asrflow.select.average import average_checkpoints, average_name, topk_checkpoints
-from asrflow.train.recipe import Criterion
-from asrflow.train.runner import CHECKPOINTS, LAST, checkpoint_tag
+from asrflow.select.average import average_checkpoints, topk_checkpoints
 from asrflow.types import Pathlike
-
-BEST = "best"
-BASELINE = "baseline"
-
-
-def artifact_names(criteria: Sequence[Criterion], baseline: bool = False) -> list[str]:
-    """Every artifact a run exports: [baseline], last, the best and the average of each
-    criterion."""
-    names = [BASELINE, "last"] if baseline else ["last"]
-    for c in criteria:
-        names.append(f"{checkpoint_tag(c.monitor)}.{BEST}")
-        if c.top_k > 1:
-            names.append(average_name(c.monitor, c.top_k))
-    return names
 
 
 def _summary(path: Pathlike) -> dict[str, Any]:
@@ -67,19 +51,19 @@ def artifact_source(
     artifact: str, summary_path: Pathlike, artifacts: Pathlike, averaged: Pathlike | None
 ) -> Path:
     """The checkpoint (or averaged weights) an artifact is exported from."""
-    if artifact == "last":
-        return Path(artifacts) / CHECKPOINTS / LAST
-    if ".ave_" in artifact:
+    if artifact == LAST:
+        return Path(artifacts) / CHECKPOINTS / LAST_CHECKPOINT
+    if is_average(artifact):
         if averaged is None:
             raise AsrflowError(f"artifact {artifact}: no averaged weights given")
         return Path(averaged)
     summary = _summary(summary_path)
     for monitor, info in summary.get("criteria", {}).items():
-        if artifact == f"{checkpoint_tag(monitor)}.{BEST}":
+        if artifact == best_name(monitor):
             return Path(artifacts) / CHECKPOINTS / info["best_model_path"]
     raise AsrflowError(
         f"unknown artifact {artifact!r} for {summary_path}; known: last, "
-        + ", ".join(f"{checkpoint_tag(m)}.{BEST}" for m in summary.get("criteria", {}))
+        + ", ".join(best_name(m) for m in summary.get("criteria", {}))
     )
 
 
@@ -136,7 +120,7 @@ def export_baseline(init_model: Pathlike, out_dir: Pathlike) -> dict[str, Any]:
 
     import yaml
 
-    from asrflow.train.init import find_config, find_weights, read_token_list
+    from asrflow.export.find import find_config, find_weights, read_token_list
 
     model = Path(init_model)
     config_file = find_config(model)

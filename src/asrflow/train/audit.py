@@ -30,8 +30,8 @@ from asrflow.data.cuts import load_cuts, origin, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_bytes, write_json, write_text
 from asrflow.text import TextNormalization
+from asrflow.tokens import TokenEncoder
 from asrflow.train.data import Batching, make_sampler
-from asrflow.train.tokens import TokenEncoder
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ Three ways a run's processes get started, and where each process reads its rank 
   also how a SLURM job with *one* task trains on several GPUs of its node: the Snakemake SLURM
   profile runs every job as ``srun -n1``, so a ``devices: 4`` run gets one task and four GPUs.
   Under a Snakemake ``script:`` the children run the whole job script again (see
-  :func:`launched_rank`).
+  :func:`asrflow.ranks.launched_rank`).
 
 :func:`detect_cluster` tells, before the ``Trainer`` exists, which of these Lightning is to use
 (the runner hands it the same environment as a plugin), so that the data sampler is sharded for
@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.ranks import env_int
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +73,6 @@ class ClusterInfo:
         return asdict(self)
 
 
-def _int(env: Mapping[str, str], key: str, default: int) -> int:
-    value = env.get(key)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        # SLURM_NTASKS_PER_NODE may read "2(x3)" on heterogeneous allocations
-        head = value.split("(")[0].split(",")[0]
-        try:
-            return int(head)
-        except ValueError:
-            raise AsrflowError(f"environment variable {key}={value!r} is not a number") from None
-
-
 def _slurm_job_id(env: Mapping[str, str]) -> str | None:
     """The SLURM job this process runs in (an array job's own ID), or ``None`` outside SLURM."""
     return env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID")
@@ -100,35 +86,6 @@ def _slurm_detected(env: Mapping[str, str]) -> bool:
 
 def _torchelastic_detected(env: Mapping[str, str]) -> bool:
     return all(k in env for k in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
-
-
-def launched_rank(env: Mapping[str, str] | None = None) -> int:
-    """This process's global rank as its launcher marked it: 0 for the process that writes the
-    job's log, provenance record, summary and outputs and that claims the work directory.
-
-    Works before any ``Trainer`` exists and without the run's settings, which matters because
-    Lightning's launcher starts the other ranks by running ``sys.argv`` again: under a Snakemake
-    ``script:`` that is the whole job script, :func:`asrflow.workflow.step` included. Every
-    launcher marks the ranks it starts: ``torchrun`` with ``RANK``, ``srun`` with
-    ``SLURM_PROCID``, Lightning with ``LOCAL_RANK`` (and ``NODE_RANK`` on other nodes); the
-    process Lightning starts from is unmarked (or ``LOCAL_RANK=0`` once it has started the
-    others). It is 0 exactly where :func:`detect_cluster` gives global rank 0, and equal to its
-    global rank except on a node other than the first under Lightning's launcher, which does not
-    say how many processes a node runs (not a launch asrflow uses on SLURM).
-
-    >>> launched_rank({"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "LOCAL_RANK": "1"})
-    1
-    """
-    env = os.environ if env is None else env
-    if env.get("RANK"):
-        return _int(env, "RANK", 0)
-    procid = _int(env, "SLURM_PROCID", 0)
-    if procid > 0:
-        return procid
-    local = _int(env, "LOCAL_RANK", 0)
-    node = _int(env, "NODE_RANK", _int(env, "GROUP_RANK", 0))
-    per_node = _int(env, "LOCAL_WORLD_SIZE", 0) or _int(env, "WORLD_SIZE", local + 1)
-    return node * max(per_node, local + 1) + local
 
 
 def detect_cluster(
@@ -146,14 +103,14 @@ def detect_cluster(
     env = os.environ if env is None else env
     expected = devices * num_nodes
     if _torchelastic_detected(env):
-        world = _int(env, "WORLD_SIZE", 1)
+        world = env_int(env, "WORLD_SIZE", 1)
         fix = f"use --nproc-per-node {devices} --nnodes {num_nodes}"
         if world != expected:
             raise AsrflowError(
                 f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
                 f"x {num_nodes} node(s) = {expected}; {fix}"
             )
-        per_node = _int(env, "LOCAL_WORLD_SIZE", devices)
+        per_node = env_int(env, "LOCAL_WORLD_SIZE", devices)
         if per_node != devices:
             raise AsrflowError(
                 f"torchrun started {per_node} process(es) on this node (LOCAL_WORLD_SIZE) but the "
@@ -162,17 +119,17 @@ def detect_cluster(
         return ClusterInfo(
             environment="torchelastic",
             world_size=world,
-            global_rank=_int(env, "RANK", 0),
-            local_rank=_int(env, "LOCAL_RANK", 0),
-            node_rank=_int(env, "GROUP_RANK", 0),
+            global_rank=env_int(env, "RANK", 0),
+            local_rank=env_int(env, "LOCAL_RANK", 0),
+            node_rank=env_int(env, "GROUP_RANK", 0),
             num_nodes=num_nodes,
             devices=devices,
             job_id=_slurm_job_id(env),
         )
     if _slurm_detected(env):
-        ntasks = _int(env, "SLURM_NTASKS", 1)
-        per_node = _int(env, "SLURM_NTASKS_PER_NODE", ntasks)
-        nnodes = _int(env, "SLURM_NNODES", 1)
+        ntasks = env_int(env, "SLURM_NTASKS", 1)
+        per_node = env_int(env, "SLURM_NTASKS_PER_NODE", ntasks)
+        nnodes = env_int(env, "SLURM_NNODES", 1)
         job = _slurm_job_id(env)
         where = f"SLURM job {job}" if job else "this SLURM job"
         fix = (
@@ -205,17 +162,17 @@ def detect_cluster(
         return ClusterInfo(
             environment="slurm",
             world_size=ntasks,
-            global_rank=_int(env, "SLURM_PROCID", 0),
-            local_rank=_int(env, "SLURM_LOCALID", 0),
-            node_rank=_int(env, "SLURM_NODEID", 0),
+            global_rank=env_int(env, "SLURM_PROCID", 0),
+            local_rank=env_int(env, "SLURM_LOCALID", 0),
+            node_rank=env_int(env, "SLURM_NODEID", 0),
             num_nodes=nnodes,
             devices=per_node,
             job_id=job,
         )
     # Lightning's own launcher: this process is local rank 0 and starts the others, which it
     # marks with LOCAL_RANK (and NODE_RANK on other nodes)
-    local = _int(env, "LOCAL_RANK", 0)
-    node = _int(env, "NODE_RANK", _int(env, "GROUP_RANK", 0))
+    local = env_int(env, "LOCAL_RANK", 0)
+    node = env_int(env, "NODE_RANK", env_int(env, "GROUP_RANK", 0))
     return ClusterInfo(
         environment="lightning",
         world_size=expected,
@@ -248,7 +205,7 @@ def _one_task_job(
             f"{where} runs 1 task but spans {nnodes} node(s) (SLURM_NNODES); Lightning starts "
             f"the run's {devices} processes on the task's node only: ask for one node"
         )
-    local = _int(env, "LOCAL_RANK", 0)
+    local = env_int(env, "LOCAL_RANK", 0)
     return ClusterInfo(
         environment="lightning",
         world_size=devices,

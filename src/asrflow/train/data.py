@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader
 
 from asrflow.data.cuts import origin, text
 from asrflow.errors import AsrflowError
-from asrflow.train.tokens import TokenEncoder
+from asrflow.tokens import TokenEncoder
 from asrflow.types import Hz, Seconds
 
 log = logging.getLogger(__name__)

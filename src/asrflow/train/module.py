@@ -33,30 +33,15 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import grad_norm
 
 from asrflow.errors import AsrflowError
+from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.diagnostics import Diagnostics
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.recipe import Recipe
 from asrflow.train.resume import ResumableCSVLogger, SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
-from asrflow.train.tokens import TokenEncoder
 
 log = logging.getLogger(__name__)
-
-
-def greedy_ctc(
-    log_probs_argmax: torch.Tensor, lengths: torch.Tensor, blank: int
-) -> list[list[int]]:
-    """Collapse repeats and drop blanks of frame-wise argmax ids, per utterance."""
-    out = []
-    for row, n in zip(log_probs_argmax.tolist(), lengths.tolist(), strict=True):
-        ids, prev = [], None
-        for t in row[:n]:
-            if t != prev and t != blank:
-                ids.append(t)
-            prev = t
-        out.append(ids)
-    return out
 
 
 class AsrModule(L.LightningModule):

@@ -38,18 +38,16 @@ from typing import Any
 
 import torch
 
+from asrflow.artifacts import CHECKPOINTS, checkpoint_pattern
+from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.cuts import load_cuts, text
 from asrflow.errors import AsrflowError
+from asrflow.export.find import model_sample_rate
 from asrflow.hashing import sha256_file
 from asrflow.io import write_json
+from asrflow.ranks import launched_rank
 from asrflow.text import TextNormalization, normalize
-from asrflow.train.cluster import (
-    ClusterInfo,
-    cpu_fallback,
-    detect_cluster,
-    launched_rank,
-    threads_per_rank,
-)
+from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
 from asrflow.train.recipe import (
     AUDIT_SECTIONS,
     Recipe,
@@ -66,9 +64,6 @@ from asrflow.train.workdir import claim_work_dir, run_identity
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
-
-CHECKPOINTS = "checkpoints"
-LAST = "last.ckpt"
 
 
 @dataclass(frozen=True)
@@ -116,16 +111,6 @@ def spec_recipe_data(spec: RunSpec) -> dict[str, Any]:
     """The run's recipe data (its file read, or the data given) with the overrides merged in."""
     data = spec.recipe if isinstance(spec.recipe, Mapping) else read_recipe_yaml(spec.recipe)
     return deep_merge(data, spec.overrides)
-
-
-def model_sample_rate(frontend_conf: Mapping[str, Any] | None) -> int:
-    """The sampling rate the model's frontend expects (ESPnet's ``frontend_conf.fs``)."""
-    return int((frontend_conf or {}).get("fs", 16000))
-
-
-def checkpoint_tag(monitor: str) -> str:
-    """File-name form of a monitor: ``valid/loss`` -> ``valid.loss``."""
-    return monitor.replace("/", ".")
 
 
 def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
@@ -178,6 +163,7 @@ def build_trainer_parts(
     from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.data import DataLoader
 
+    from asrflow.tokens import TokenEncoder
     from asrflow.train.data import AsrDataset, EpochMixSampler, make_sampler
     from asrflow.train.diagnostics import Diagnostics
     from asrflow.train.init import apply_init
@@ -189,7 +175,6 @@ def build_trainer_parts(
         ResumableCSVLogger,
         SkippingSampler,
     )
-    from asrflow.train.tokens import TokenEncoder
 
     L.seed_everything(recipe.trainer.seed, workers=True)
     if recipe.trainer.allow_tf32 and torch.cuda.is_available():
@@ -249,7 +234,7 @@ def build_trainer_parts(
             monitor=c.monitor,
             mode=c.mode,
             save_top_k=c.top_k,
-            filename=f"{checkpoint_tag(c.monitor)}.step{{step:07d}}",
+            filename=checkpoint_pattern(c.monitor),
             auto_insert_metric_name=False,
         )
         for c in recipe.criteria

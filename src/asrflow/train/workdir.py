@@ -15,7 +15,7 @@ resumes. The few recipe keys that cannot change the weights
 (:data:`~asrflow.train.recipe.OPERATIONAL_KEYS`: loader workers, diagnostics) are not part of
 it.
 
-Under DDP only global rank 0 (:func:`asrflow.train.cluster.launched_rank`) moves and claims the
+Under DDP only global rank 0 (:func:`asrflow.ranks.launched_rank`) moves and claims the
 directory; the other ranks wait until the identity file says the directory is theirs.
 """
 

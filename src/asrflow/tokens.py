@@ -163,3 +163,20 @@ def _first_difference(actual: list[str], expected: list[str]) -> str:
         if a != e:
             return f"line {i + 1} is {a!r}, the model's order needs {e!r}"
     return "the lists differ"  # pragma: no cover - equal sets and order mean equal lists
+
+
+def greedy_ctc(frame_ids: Any, lengths: Any, blank: int) -> list[list[int]]:
+    """Token IDs of greedy CTC decoding: per utterance, the frame-wise argmax IDs (a ``(B, T)``
+    tensor or nested list) up to its length, repeats collapsed and blanks dropped. Training's
+    validation and the standalone evaluation decode with this same function."""
+    out = []
+    rows = frame_ids.tolist() if hasattr(frame_ids, "tolist") else frame_ids
+    ns = lengths.tolist() if hasattr(lengths, "tolist") else lengths
+    for row, n in zip(rows, ns, strict=True):
+        ids, prev = [], None
+        for t in row[:n]:
+            if t != prev and t != blank:
+                ids.append(t)
+            prev = t
+        out.append(ids)
+    return out

@@ -1,4 +1,4 @@
-"""Tests for asrflow.train.tokens: ESPnet token IDs and the tokenizer/token-list pairing check."""
+"""Tests for asrflow.tokens: ESPnet token IDs and the tokenizer/token-list pairing check."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import BLANK, SOS_EOS, UNK, TokenizerConfig, train_tokenizer
-from asrflow.train.tokens import IGNORE_ID, TokenEncoder, TokenListMismatch
+from asrflow.tokens import IGNORE_ID, TokenEncoder, TokenListMismatch
 
 NORM = TextNormalization()
 TEXTS = ["Hello there, general.", "The hotel is near the lake.", "A green tea, then another."]
