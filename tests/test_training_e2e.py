@@ -299,6 +299,28 @@ def test_changes_that_cannot_change_a_result_rerun_nothing(trained):
         assert dry_run(trained) == set()
 
 
+def test_a_dry_run_of_the_finished_dag_never_imports_torch(trained):
+    """Issue 13: building the DAG (every snakemake call, every SLURM job start) must not pay for
+    the training stack; -X importtime lists every module the process imported."""
+    command = snakemake_command("-n")
+    proc = subprocess.run(
+        [command[0], "-X", "importtime", *command[1:]],
+        cwd=trained,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "asrflow.layout" in imported  # the probe sees the workflow's own imports
+    assert not imported & {"torch", "lightning", "espnet2", "torchaudio"}
+
+
 def test_status_is_up_to_date_and_names_what_a_library_change_touches(trained, tmp_path):
     proc = _status(trained)
     assert proc.returncode == 0 and "up to date" in proc.stdout, proc.stdout + proc.stderr

@@ -23,9 +23,9 @@ from asrflow.train.recipe import (
     load_recipe,
     recipe_from_dict,
     scaled_lr,
-    trainer_kwargs,
     update_budget,
 )
+from asrflow.train.trainer import trainer_kwargs
 from tests.train.tiny_espnet import build_asr_model, num_parameters
 
 RECIPES = Path(__file__).parents[2] / "config" / "recipes"

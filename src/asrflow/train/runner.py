@@ -56,10 +56,10 @@ from asrflow.train.recipe import (
     load_recipe,
     read_recipe_yaml,
     recipe_sections,
-    trainer_kwargs,
     update_budget,
     warmup_steps,
 )
+from asrflow.train.trainer import trainer_kwargs
 from asrflow.train.workdir import claim_work_dir, run_identity
 from asrflow.types import Pathlike
 
