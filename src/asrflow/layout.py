@@ -12,7 +12,10 @@ from typing import Any
 
 from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
+from asrflow.evaluate.scoring import SCORING_VERSION
 from asrflow.export.find import find_config, model_sample_rate
+from asrflow.params import Operational
+from asrflow.train.recipe import load_recipe
 
 RESULTS = "results"
 LOGS = "logs"
@@ -365,8 +368,6 @@ def all_targets(config: Config) -> list[str]:
 def run_recipe(config: Config, name: str, *, smoke: bool = False):
     """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
     run trains it (:func:`smoke_overrides`)."""
-    from asrflow.train.recipe import load_recipe
-
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     path = recipe_file(run(config, name)["recipe"])
     return load_recipe(path, overrides, source=f"{path} (run {name})")
@@ -390,8 +391,6 @@ def recipe_params(
     YAML never rerun a job), the others as :class:`~asrflow.params.Operational` (``operational``:
     a change reruns nothing) and the recipe's name (``name``). ``sections``: only these
     top-level sections (a rule that reads no more, such as the batch audit)."""
-    from asrflow.params import Operational
-
     recipe = run_recipe(config, name, smoke=smoke)
     settings, operational = recipe.identity(), recipe.operational()
     if sections is not None:
@@ -409,9 +408,6 @@ def eval_params(config: Config) -> dict[str, Any]:
     and the decoding settings (they change the figures; a bump of
     :data:`~asrflow.evaluate.scoring.SCORING_VERSION` reruns every evaluation), and
     ``operational`` (device, batch_seconds: they do not)."""
-    from asrflow.evaluate.scoring import SCORING_VERSION
-    from asrflow.params import Operational
-
     ev = config["evaluation"]
     return {
         "scoring": ev["scoring"],
