@@ -358,6 +358,7 @@ def train_run(
         TrainingPreempted,
         result_failure,
     )
+    from asrflow.train.progress import progress_settings
     from asrflow.train.resume import resume_checkpoint
 
     work, out = Path(work_dir), Path(out_dir)
@@ -421,14 +422,17 @@ def train_run(
         if parts["init"] is not None:
             summary["init"] = parts["init"]
             summary["hashes"]["start_weights"] = parts["init"]["weights_sha256"]
+        # a live bar on a terminal; in a log file (SLURM, CI, a redirect) a line every minute
+        progress_bar, progress = progress_settings()
         trainer = L.Trainer(
             default_root_dir=work,
             max_epochs=-1,
-            callbacks=[*parts["callbacks"], preemption, rank_failures],
+            callbacks=[*parts["callbacks"], preemption, rank_failures, *progress],
             logger=parts["loggers"],
             log_every_n_steps=1,
             use_distributed_sampler=False,
             num_sanity_val_steps=0,
+            enable_progress_bar=progress_bar,
             **kwargs,
         )
         if resumed_from:
