@@ -238,7 +238,7 @@ def test_only_rank_0_writes_summaries_identity_and_record(job):
 
 
 def test_the_job_log_is_rank_0s_and_rank_1_logs_beside_it(job):
-    _, _, workflow, _, seconds = job
+    _, _, workflow, _, _ = job
     text = _read(workflow / "logs/train/tiny.log")
     assert "\x00" not in text, "the job log was truncated while rank 0 wrote it"
     assert text.splitlines()[0].endswith(
@@ -249,5 +249,3 @@ def test_the_job_log_is_rank_0s_and_rank_1_logs_beside_it(job):
     rank1 = _read(workflow / "logs/train/tiny.rank1.log")
     assert "lightning launch, rank 1 of 2" in rank1
     assert "rank 1 of a multi-process job" in rank1 and "rule train: done" in rank1
-    print(f"one-task SLURM job with two Lightning-started ranks: {seconds:.1f} s")
-    assert seconds < 240

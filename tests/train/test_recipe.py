@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -249,9 +248,7 @@ def test_demo_recipe_builds_a_ctc_conformer(tmp_path, caplog):
 
 def test_a100_recipe_builds_a_hybrid_conformer(tmp_path):
     r = load_recipe(RECIPES / "a100_conformer.yaml")
-    start = time.monotonic()
     model = build_asr_model(r.model, tmp_path)
-    assert time.monotonic() - start < 60
     assert model.decoder is not None and model.ctc is not None
     assert model.ctc_weight == 0.3
     assert len(model.encoder.encoders) == 12 and len(model.decoder.decoders) == 6
