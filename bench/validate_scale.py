@@ -171,8 +171,9 @@ def run_round(
     breakdown: bool,
 ) -> None:
     from asrflow.data import validate as V
+    from asrflow.data.audio import read_audio_infos
     from asrflow.data.cuts import load_cuts, save_cuts
-    from asrflow.data.importers import import_nemo, read_audio_infos
+    from asrflow.data.importers import import_nemo
 
     splits: dict[str, list] = {}
     for name, path in manifests.items():

@@ -3,13 +3,13 @@ from pathlib import Path
 
 import pytest
 
+from asrflow.data.audio import read_audio_info
 from asrflow.data.cuts import field, origin, save_cuts, text
 from asrflow.data.importers import (
     import_kaldi,
     import_lhotse,
     import_manifest,
     import_nemo,
-    read_audio_info,
 )
 from asrflow.errors import AsrflowError
 from tests.conftest import write_wav

@@ -53,8 +53,8 @@ import soundfile
 from lhotse.cut import Cut
 from lhotse.qa import validate as lhotse_validate
 
+from asrflow.data.audio import AudioInfo, read_audio_infos
 from asrflow.data.cuts import SEGMENT, field, origin, text
-from asrflow.data.importers import AudioInfo, read_audio_infos
 from asrflow.errors import ValidationFailed
 from asrflow.text import DEFAULT as DEFAULT_NORMALIZATION
 from asrflow.text import TextNormalization, normalize
