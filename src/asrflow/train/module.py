@@ -18,6 +18,10 @@ Logged every step: ``train/loss`` (the optimized value), ``train/loss_per_token`
 Lightning's ``LearningRateMonitor``). At each validation: ``valid/loss`` (per token),
 ``valid/wer`` and ``valid/cer`` (greedy CTC, pooled errors over the whole dev set), plus the
 diagnostics of :class:`~asrflow.train.diagnostics.Diagnostics`.
+
+Loss spikes: rank 0 hands each batch's loss to the diagnostics together with each utterance's
+CTC loss per token, read from the training forward itself (:class:`UtteranceLossTap`: no second
+forward, nothing that could change the weights), and checkpoints the spike detector's state.
 """
 
 from __future__ import annotations
@@ -44,6 +48,41 @@ from asrflow.train.schedule import build_optimizer, build_scheduler
 log = logging.getLogger(__name__)
 
 
+class UtteranceLossTap:
+    """Each utterance's CTC loss (summed over its tokens) from the forward that trains on it.
+
+    ESPnet's ``builtin`` CTC computes ``torch.nn.CTCLoss(reduction="none")``, one loss per
+    utterance, before it averages them; a forward hook on that module keeps its first output of
+    a forward (the main CTC branch: intermediate-CTC layers come after it). Inactive for a model
+    without such a module (another ``ctc_type``, no CTC branch): the diagnostics then judge the
+    batch's loss.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.losses: torch.Tensor | None = None
+        ctc_loss = getattr(getattr(model, "ctc", None), "ctc_loss", None)
+        self.active = isinstance(ctc_loss, torch.nn.CTCLoss) and ctc_loss.reduction == "none"
+        if self.active:
+            ctc_loss.register_forward_hook(self._keep)
+
+    def _keep(self, module: torch.nn.Module, inputs: Any, output: torch.Tensor) -> None:
+        if self.losses is None:
+            self.losses = output.detach()
+
+    def take(self) -> torch.Tensor | None:
+        """The kept losses (None if none), forgetting them."""
+        losses, self.losses = self.losses, None
+        return losses
+
+    def per_token(self, text_lengths: torch.Tensor, num_utterances: int) -> list[float] | None:
+        """The kept losses divided by each utterance's token count, or None."""
+        losses = self.take()
+        if losses is None or losses.numel() != num_utterances:
+            return None
+        lengths = text_lengths.to(losses.device).clamp(min=1)
+        return (losses.float() / lengths).tolist()
+
+
 class AsrModule(L.LightningModule):
     """Trains ``model`` (an ``ESPnetASRModel``) with the recipe's loss, optimizer and schedule."""
 
@@ -65,12 +104,16 @@ class AsrModule(L.LightningModule):
         self._valid = self._empty_valid()
         self.train_sampler = train_sampler
         self.nonfinite = NonFiniteGuard(recipe.diagnostics.max_consecutive_nonfinite)
+        self.utterance_losses = UtteranceLossTap(model)
         self._batches_in_epoch = 0
         self._resumed_batches = 0
         self._resync_log_step = False
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
+
+    def _is_rank_zero(self) -> bool:
+        return self._trainer is None or self.trainer.is_global_zero
 
     def setup(self, stage: str) -> None:
         """Check that the train sampler is sharded for this process's rank (the Trainer does
@@ -117,6 +160,8 @@ class AsrModule(L.LightningModule):
             "batches_in_epoch": self._batches_in_epoch,
             "world_size": self._world_size(),
         }
+        if self.diagnostics is not None:
+            checkpoint["asrflow_diagnostics"] = self.diagnostics.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("asrflow_data") or {}
@@ -135,6 +180,10 @@ class AsrModule(L.LightningModule):
         self._resync_log_step = True
         if self.train_sampler is not None:
             self.train_sampler.skip = self._resumed_batches
+        if self.diagnostics is not None:
+            self.diagnostics.load_state_dict(
+                checkpoint.get("asrflow_diagnostics"), int(checkpoint.get("global_step", 0))
+            )
         if self._trainer is not None:
             for logger in self.trainer.loggers:
                 if isinstance(logger, ResumableCSVLogger):
@@ -156,6 +205,7 @@ class AsrModule(L.LightningModule):
         return [int(x) for x in t.tolist()]
 
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor | None:
+        self.utterance_losses.take()  # what a validation forward left
         loss_utt, _, _ = self(batch)
         num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
         finite = bool(torch.isfinite(loss_utt.detach()).all())
@@ -187,8 +237,13 @@ class AsrModule(L.LightningModule):
             on_step=True,
             batch_size=num_utts,
         )
-        if self.diagnostics is not None:
-            self.diagnostics.observe_loss(self.global_step, loss_per_token, batch["ids"])
+        if self.diagnostics is not None and self._is_rank_zero():  # rank 0 judges spikes
+            self.diagnostics.observe_loss(
+                self.global_step,
+                loss_per_token,
+                batch["ids"],
+                self.utterance_losses.per_token(batch["text_lengths"], num_utts),
+            )
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:

@@ -201,11 +201,18 @@ class DiagnosticsConfig:
 
     ``max_consecutive_nonfinite``: batches in a row whose loss is NaN/inf (each skipped without
     an update) after which the run stops as diverged (``failure: diverged`` in its summary).
+
+    Loss spikes (:mod:`asrflow.train.diagnostics`): an utterance is blamed when its loss per
+    token is more than ``spike_z`` robust standard deviations (log scale, median and MAD) above
+    the median utterance of the last ``spike_window`` batches, at least ``spike_factor`` x that
+    median, and at least ``spike_min_excess`` nats per token above it.
     """
 
     num_decode_utterances: int = 8
     spike_factor: float = 5.0
     spike_window: int = 50
+    spike_z: float = 3.5
+    spike_min_excess: float = 1.0
     blank_warning_after_warmup: bool = True
     max_consecutive_nonfinite: int = 3
 
@@ -287,6 +294,8 @@ OPERATIONAL_KEYS: frozenset[str] = frozenset(
         "diagnostics.num_decode_utterances",
         "diagnostics.spike_factor",
         "diagnostics.spike_window",
+        "diagnostics.spike_z",
+        "diagnostics.spike_min_excess",
         "diagnostics.blank_warning_after_warmup",
     }
 )
@@ -551,6 +560,8 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "diagnostics.num_decode_utterances": _NON_NEGATIVE,
     "diagnostics.spike_factor": (lambda v: v > 1, "> 1"),
     "diagnostics.spike_window": _POSITIVE_INT,
+    "diagnostics.spike_z": (lambda v: v > 0, "> 0"),
+    "diagnostics.spike_min_excess": _NON_NEGATIVE,
     "diagnostics.max_consecutive_nonfinite": _POSITIVE_INT,
 }
 """Range checks of single settings; cross-checks are in :func:`check_recipe`."""

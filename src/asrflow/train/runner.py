@@ -223,8 +223,12 @@ def build_trainer_parts(
         decode_ids,
         spike_factor=recipe.diagnostics.spike_factor,
         spike_window=recipe.diagnostics.spike_window,
+        spike_z=recipe.diagnostics.spike_z,
+        spike_min_excess=recipe.diagnostics.spike_min_excess,
+        speed_factors=recipe.augmentation.speed_perturb,
         warmup_steps=warmup_steps(recipe.scheduler, recipe.trainer.max_steps),
         blank_warning=recipe.diagnostics.blank_warning_after_warmup,
+        write_spikes=rank == 0,  # rank 0 judges spikes (asrflow.train.diagnostics)
     )
     module = AsrModule(model, recipe, encoder, references, diagnostics, train_sampler)
     ckpt_dir = work / CHECKPOINTS
@@ -530,6 +534,7 @@ def train_run(
         criteria=best,
         final_metrics=metrics,
         loss_spikes=parts["diagnostics"].num_spikes,
+        spike_suspects=parts["diagnostics"].suspects(),
         warnings=parts["diagnostics"].warnings,
         **_progress(trainer, parts),
     )
