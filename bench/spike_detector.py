@@ -97,7 +97,8 @@ def plant_wrong_transcripts(train: Path, out: Path, count: int, seed: int) -> li
 
 
 def train(name: str, workdir: Path, data: dict[str, Path], train_cuts: Path, steps: int | None):
-    from asrflow.train.runner import RunSpec, train_run
+    from asrflow.train.runner import train_run
+    from asrflow.train.spec import RunSpec
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))
     spec = RunSpec(

@@ -30,7 +30,8 @@ import torch
 import yaml
 
 from asrflow.train.recipe import deep_merge, load_recipe
-from asrflow.train.runner import RunSpec, build_trainer_parts
+from asrflow.train.runner import build_trainer_parts
+from asrflow.train.spec import RunSpec
 
 NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}
 

@@ -1,6 +1,7 @@
 """Snakemake adapter of rule audit_batches -> asrflow.train.runner.audit_run."""
 
-from asrflow.train.runner import audit_run, spec_from_inputs
+from asrflow.train.runner import audit_run
+from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
 
 with step(snakemake):

@@ -1,6 +1,7 @@
 """Snakemake adapter of rule smoke_train -> asrflow.train.runner.smoke_run."""
 
-from asrflow.train.runner import smoke_run, spec_from_inputs
+from asrflow.train.runner import smoke_run
+from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
 
 with step(snakemake):

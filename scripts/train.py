@@ -2,7 +2,8 @@
 starts any other ranks) or on one srun task per device (asrflow.train.launch.srun_train)."""
 
 from asrflow.train.launch import SrunLaunch, srun_train
-from asrflow.train.runner import spec_from_inputs, train_run
+from asrflow.train.runner import train_run
+from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
 
 with step(snakemake):

@@ -19,7 +19,7 @@ from asrflow.train.launch import (
     worker,
     write_job,
 )
-from asrflow.train.runner import RunSpec, spec_from_json, spec_to_json
+from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json
 
 PROFILE_TRAIN = {"slurm_partition": "gpu", "gpu_model": "a100"}
 """profiles/slurm's set-resources of train."""

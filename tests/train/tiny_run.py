@@ -1,7 +1,7 @@
 """A whole training run in miniature: noise audio, a char tokenizer, a ~6 k-parameter CTC model.
 
 ``make_tiny_run(root)`` writes everything :func:`asrflow.train.runner.train_run` reads and
-returns its :class:`~asrflow.train.runner.RunSpec`; a run of a few steps takes seconds on a CPU.
+returns its :class:`~asrflow.train.spec.RunSpec`; a run of a few steps takes seconds on a CPU.
 Also usable from a subprocess (the DDP and preemption tests): ``python -m tests.train.tiny_run``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from asrflow.train.runner import RunSpec, spec_from_json, spec_to_json  # noqa: F401 (re-exported)
+from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json  # noqa: F401 (re-exported)
 from tests.conftest import utterance_rows, write_nemo, write_wav
 from tests.train.tiny_espnet import TINY_CTC_MODEL
 

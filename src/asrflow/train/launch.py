@@ -33,23 +33,13 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json
 from asrflow.types import Pathlike
 
-if TYPE_CHECKING:  # the runner imports torch: rules/common.smk imports this module (no torch)
-    from asrflow.train.runner import RunSpec
-
 log = logging.getLogger(__name__)
-
-
-def _runner() -> Any:
-    """:mod:`asrflow.train.runner`, imported when needed: it imports torch, and the Snakefile
-    imports this module for the train rule's resources."""
-    import asrflow.train.runner
-
-    return asrflow.train.runner
 
 
 LAUNCHERS = ("auto", "lightning", "srun")
@@ -174,7 +164,7 @@ def write_job(
     from asrflow.io import write_json
 
     job = {
-        "spec": json.loads(_runner().spec_to_json(spec)),
+        "spec": json.loads(spec_to_json(spec)),
         "work_dir": str(Path(work_dir).absolute()),
         "out_dir": str(Path(out_dir).absolute()),
         "summary_path": str(Path(summary_path).absolute()),
@@ -188,7 +178,7 @@ def write_job(
 def read_job(path: Pathlike) -> dict[str, Any]:
     """A job :func:`write_job` wrote, its ``spec`` a :class:`RunSpec` again."""
     job = json.loads(Path(path).read_text(encoding="utf-8"))
-    job["spec"] = _runner().spec_from_json(json.dumps(job["spec"]))
+    job["spec"] = spec_from_json(json.dumps(job["spec"]))
     return job
 
 

@@ -32,7 +32,6 @@ import shutil
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,66 +50,17 @@ from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, thr
 from asrflow.train.recipe import (
     AUDIT_SECTIONS,
     Recipe,
-    deep_merge,
     effective_batch_seconds,
-    load_recipe,
-    read_recipe_yaml,
     recipe_sections,
     update_budget,
     warmup_steps,
 )
+from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data
 from asrflow.train.trainer import trainer_kwargs
 from asrflow.train.workdir import claim_work_dir, run_identity
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything a training run reads; paths are files made by earlier rules."""
-
-    name: str
-    recipe: Pathlike | Mapping[str, Any]
-    """A recipe YAML, or recipe data already read (the train rules pass its canonical form)."""
-    train_cuts: Sequence[Pathlike]
-    dev_cuts: Pathlike
-    bpe_model: Pathlike
-    tokens: Pathlike
-    normalization: Mapping[str, Any]
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    train_weights: Sequence[float] | None = None
-    """``runs.<run>.weights``: each corpus's share of every epoch
-    (:func:`~asrflow.train.data.mix_epoch`); ``None``: every cut once per epoch."""
-    max_train_cuts: int | None = None
-    """Use only the first N train cuts (the smoke run)."""
-    max_dev_cuts: int | None = None
-    init: Mapping[str, Any] | None = None
-    """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
-    recipe_name: str | None = None
-    """``runs.<run>.recipe``, for the summary (``recipe`` may be data without a name)."""
-
-
-def spec_to_json(spec: RunSpec) -> str:
-    """A :class:`RunSpec` as JSON (paths as strings), e.g. for a process that trains it."""
-    return json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}, default=str)
-
-
-def spec_from_json(text: str) -> RunSpec:
-    """The :class:`RunSpec` :func:`spec_to_json` wrote."""
-    return RunSpec(**json.loads(text))
-
-
-def spec_recipe(spec: RunSpec) -> Recipe:
-    """The run's recipe: its file (or data) with the overrides merged in, checked."""
-    where = spec.recipe_name or (spec.recipe if not isinstance(spec.recipe, Mapping) else "recipe")
-    return load_recipe(spec_recipe_data(spec), source=f"{where} (run {spec.name})")
-
-
-def spec_recipe_data(spec: RunSpec) -> dict[str, Any]:
-    """The run's recipe data (its file read, or the data given) with the overrides merged in."""
-    data = spec.recipe if isinstance(spec.recipe, Mapping) else read_recipe_yaml(spec.recipe)
-    return deep_merge(data, spec.overrides)
 
 
 def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
@@ -551,32 +501,6 @@ def train_run(
         write_json(work / "summary.json", summary)
         log.info("run %s completed: wrote %s and %s", spec.name, out, summary_path)
     return summary
-
-
-def spec_from_inputs(
-    name: str,
-    inputs: Mapping[str, Any],
-    *,
-    normalization: Mapping[str, Any],
-    recipe: Mapping[str, Any],
-    weights: Sequence[float] | None = None,
-    **extra: Any,
-) -> RunSpec:
-    """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``dev``, ``bpe_model``,
-    ``tokens``) and its recipe params (:func:`asrflow.layout.recipe_params`)."""
-    train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
-    return RunSpec(
-        name=name,
-        recipe=deep_merge(recipe["settings"], recipe["operational"]),
-        recipe_name=recipe["name"],
-        train_cuts=train,
-        dev_cuts=str(inputs.get("dev", "")),  # the batch audit reads no dev cuts
-        bpe_model=str(inputs["bpe_model"]),
-        tokens=str(inputs["tokens"]),
-        normalization=normalization,
-        train_weights=weights,
-        **extra,
-    )
 
 
 def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
