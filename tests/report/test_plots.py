@@ -9,9 +9,6 @@ from asrflow.report.comparison import slice_table
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-REAL_METRICS = (
-    Path(__file__).resolve().parents[2] / "results/runs/demo_ctc/train/artifacts/csv/metrics.csv"
-)
 
 
 def is_png(path: Path) -> bool:
@@ -52,13 +49,6 @@ def test_learning_curves_rejects_other_csv(tmp_path):
     with pytest.raises(AsrflowError, match="step"):
         plot_learning_curves(tmp_path / "x.csv", tmp_path / "out.png")
     assert not (tmp_path / "out.png").exists()
-
-
-@pytest.mark.skipif(not REAL_METRICS.is_file(), reason="no demo training run in results/")
-def test_learning_curves_from_real_run(tmp_path):
-    out = tmp_path / "curves.png"
-    plot_learning_curves(REAL_METRICS, out, title="demo_ctc")
-    assert is_png(out)
 
 
 def summary(artifact: str, eval_set: str = "demo.dev", contract: str = "c" * 64) -> dict:
