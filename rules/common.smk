@@ -1,5 +1,7 @@
 # Config validation, wildcard constraints and named input functions shared by all stages.
 
+import os
+
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -49,7 +51,21 @@ def audio_state(wildcards):
     audio that the last import read has changed since (asrflow.data.audio_state)."""
     corpus, split = wildcards.corpus, wildcards.split
     state = layout.audio_state(corpus, split)
-    return str(refresh_audio_state(state, layout.prov(layout.imported(corpus, split))))
+    before = os.stat(state).st_mtime_ns if os.path.exists(state) else None
+    refresh_audio_state(state, layout.prov(layout.imported(corpus, split)))
+    if os.stat(state).st_mtime_ns != before:
+        forget_file_inventory()
+    return state
+
+
+def forget_file_inventory():
+    """Make Snakemake look at the disk again: it lists each directory once per DAG build, so
+    a state file written after its directory was listed (another split's) would count as
+    missing."""
+    cache = workflow.iocache
+    cache.clear()
+    for exists in (cache.exists_local, cache.exists_in_storage):
+        getattr(exists, "has_inventory", set()).clear()
 
 
 def split_cuts(wildcards):
