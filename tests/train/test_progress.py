@@ -101,3 +101,15 @@ def test_a_real_run_in_a_log_file_prints_lines_not_bar_frames(tmp_path, caplog, 
     assert any(line.startswith("validation at step 2: valid/") for line in lines), lines
     out, err = capfd.readouterr()
     assert "\r" not in out + err  # no progress bar frames
+
+
+def test_a_caller_may_still_choose_the_bar(tmp_path) -> None:
+    """The benches pass ``enable_progress_bar=False`` through ``train_run``'s trainer overrides
+    (it once collided with the runner's own choice: bench/spike_detector.py crashed)."""
+    from asrflow.train.runner import train_run
+    from tests.train.tiny_run import make_tiny_run
+
+    spec = make_tiny_run(tmp_path / "data")
+    out = tmp_path / "summary.json"
+    summary = train_run(spec, tmp_path / "work", tmp_path / "out", out, enable_progress_bar=False)
+    assert summary["status"] == "completed"

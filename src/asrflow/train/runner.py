@@ -378,6 +378,7 @@ def train_run(
             summary["hashes"]["start_weights"] = parts["init"]["weights_sha256"]
         # a live bar on a terminal; in a log file (SLURM, CI, a redirect) a line every minute
         progress_bar, progress = progress_settings()
+        progress_bar = kwargs.pop("enable_progress_bar", progress_bar)  # a caller may say
         trainer = L.Trainer(
             default_root_dir=work,
             max_epochs=-1,
