@@ -12,15 +12,20 @@ each case the test asserts:
 - nothing of the failing rule's outputs remains;
 - the console shows no Python traceback for it (a user error is a message, not a crash).
 
-Config faults stop the workflow before any job runs; each is one dry run. The README's
-"Validation: what stops the workflow" lists this catalogue.
+Config faults stop the workflow before any job runs; each is one dry run. Training-time faults
+(NaN audio, a misfit init package, a token list that does not match its tokenizer, damaged
+checkpoints, a disk that fills) run through the training rules of a second workflow of three
+tiny runs, those planted after training each on a private copy of it. The README's "Validation:
+what stops the workflow" lists this catalogue.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import resource
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +34,10 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
+import yaml
 
 from tests.conftest import utterance_rows, write_wav
-from tests.e2e import snakemake, write_config
+from tests.e2e import environment, snakemake, snakemake_command, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -464,3 +470,188 @@ def test_a_missing_manifest_is_named_before_anything_runs(tmp_path) -> None:
     Path(config["corpora"]["mine"]["manifests"]["dev"]).unlink()
     console = _config_fault(tmp_path, config)
     assert "Missing input files" in console and str(tmp_path / "m/dev.jsonl") in console
+
+
+# --- training-time faults: the same corpus, trained through the rules ---------------------------
+#
+# One workflow trains three tiny runs (tests.train.tiny_run's 4-step recipe) on the catalogue's
+# base corpus: `good` (clean audio), `nan` (a float WAV with a NaN sample; full_decode is off, so
+# the loader is what meets it) and `misfit` (a wider model whose init is good's exported package).
+# The faults planted after a run finished (a damaged last.ckpt, a disk that fills, an edited token
+# list) each work on a private copy of that workdir.
+
+NAN_INDEX = 10  # train-f-1.wav (tests.conftest.utterance_rows)
+
+
+def _tiny_recipe(output_size: int = 16) -> dict[str, Any]:
+    from tests.train.tiny_run import TINY_RECIPE
+
+    recipe = json.loads(json.dumps(TINY_RECIPE))
+    recipe["encoder_conf"]["output_size"] = output_size
+    return recipe
+
+
+def _summary(run: str) -> str:
+    return f"results/runs/{run}/train/summary.json"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, dict[str, Corpus], str]:
+    root = tmp_path_factory.mktemp("training")
+    audio = root / "audio"
+    for split, speakers in SPLITS.items():
+        for k, row in enumerate(utterance_rows(split, speakers, audio_dir=str(audio))):
+            write_wav(Path(row["audio_filepath"]), row["duration"], seed=k)
+    corpora = {"clean": Corpus(root / "corpora/clean", audio)}
+    corpora["nan_audio"] = Corpus(root / "corpora/nan_audio", audio)
+    nan_samples(corpora["nan_audio"])
+    workdir = root / "run"
+    run = {"resources": {"cpus_per_device": 1}}
+    config = {
+        "corpora": {n: {"source": "nemo", "manifests": c.write()} for n, c in corpora.items()},
+        "tokenizers": {f"{n}_char": {"corpus": n, "model_type": "char"} for n in corpora},
+        "runs": {
+            "good": {"corpora": ["clean"], "tokenizer": "clean_char", "recipe": "tiny", **run},
+            "nan": {"corpora": ["nan_audio"], "tokenizer": "nan_audio_char", "recipe": "tiny"},
+            "misfit": {
+                "corpora": ["clean"],
+                "tokenizer": "clean_char",
+                "recipe": "wider",
+                "init": {"model": "results/runs/good/export/last"},
+                **run,
+            },
+        },
+    }
+    write_config(workdir, config)
+    recipes = workdir / "config/recipes"
+    recipes.mkdir(parents=True)
+    (recipes / "tiny.yaml").write_text(yaml.safe_dump(_tiny_recipe()))
+    (recipes / "wider.yaml").write_text(yaml.safe_dump(_tiny_recipe(output_size=24)))
+    targets = [_summary("good"), "results/runs/good/export/last", _summary("nan")]
+    proc = snakemake(workdir, "--keep-going", *targets, _summary("misfit"), check=False)
+    return workdir, corpora, proc.stdout + proc.stderr
+
+
+def _private_copy(workdir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("locks"))
+    return copy
+
+
+def _failed(workdir: Path, rule: str, run: str) -> str:
+    log = (workdir / f"logs/{rule}/{run}.log").read_text()
+    assert f"rule {rule} failed: " in log, log[-3000:]
+    assert "a bug" not in log, log[-3000:]
+    return log
+
+
+def test_the_good_run_trains(trained) -> None:
+    workdir, _, console = trained
+    summary = json.loads((workdir / _summary("good")).read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 4, summary
+    assert (workdir / "results/runs/good/export/last/config.yaml").exists(), console[-3000:]
+    assert "Traceback" not in console, "a user error must not print a traceback"
+
+
+def test_nan_audio_is_named_by_the_loader(trained) -> None:
+    workdir, corpora, _ = trained
+    log = _failed(workdir, "smoke_train", "nan")
+    manifest = corpora["nan_audio"].manifest("train")
+    assert re.search(r"train-f-1\.wav: cut \S+ \(.*\) has 1 NaN/inf sample\(s\)", log), log[-3000:]
+    assert f"{manifest}:{NAN_INDEX + 1}" in log, log[-3000:]
+    assert "full_decode" in log, log[-3000:]  # what to do: let validation find them all
+    assert not (workdir / "results/runs/nan/smoke/summary.json").exists()
+    assert not (workdir / _summary("nan")).exists()
+
+
+def test_an_init_package_with_mis_shaped_keys_names_them(trained) -> None:
+    workdir, _, _ = trained
+    log = _failed(workdir, "smoke_train", "misfit")
+    assert "results/runs/good/export/last" in log, log[-3000:]
+    assert "'encoder.embed.out.weight' (16, 64) vs (24, 96)" in log, log[-3000:]
+    assert "init.exclude" in log, log[-3000:]
+    assert not (workdir / "results/runs/misfit/smoke/summary.json").exists()
+
+
+def test_a_damaged_last_checkpoint_falls_back_to_an_intact_one(trained, tmp_path) -> None:
+    workdir = _private_copy(trained[0], tmp_path)
+    checkpoints = workdir / "results/work/good/checkpoints"
+    last = checkpoints / "last.ckpt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # cut short
+    proc = snakemake(workdir, _summary("good"), "--forcerun", "train", check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (workdir / "logs/train/good.log").read_text()
+    assert re.search(r"last\.ckpt.*damaged.*valid\.loss\.step0000004\.ckpt", log), log[-3000:]
+    summary = json.loads((workdir / _summary("good")).read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 4
+
+
+def test_no_intact_checkpoint_says_to_delete_the_work_dir_and_that_recovers(
+    trained, tmp_path
+) -> None:
+    workdir = _private_copy(trained[0], tmp_path)
+    checkpoints = workdir / "results/work/good/checkpoints"
+    for ckpt in checkpoints.glob("*.ckpt"):
+        ckpt.unlink()
+        ckpt.write_bytes(b"")  # zero bytes (the links to the artifacts broken first)
+    proc = snakemake(workdir, _summary("good"), "--forcerun", "train", check=False)
+    assert proc.returncode != 0
+    log = _failed(workdir, "train", "good")
+    assert (
+        "results/work/good/checkpoints/last.ckpt: cannot resume from it: the file is empty" in log
+    )
+    assert "also damaged: valid.loss.step0000004.ckpt" in log, log[-3000:]
+    assert "Delete results/work/good/checkpoints to train the run from scratch" in log
+    assert not (workdir / _summary("good")).exists()
+    assert "Traceback" not in proc.stdout + proc.stderr
+    shutil.rmtree(checkpoints)  # what the message says to do
+    snakemake(workdir, _summary("good"))
+    assert json.loads((workdir / _summary("good")).read_text())["steps"] == 4
+
+
+def test_a_disk_that_fills_during_a_checkpoint_write_leaves_no_torn_file(trained, tmp_path) -> None:
+    """A file-size limit below a checkpoint's size (113 KB; every other file stays under 40 KB)
+    on the whole workflow: the checkpoint write fails, nothing torn is left to resume from, and
+    a rerun with room trains the run."""
+    from asrflow.checkpoints import read_training_checkpoint
+
+    workdir = _private_copy(trained[0], tmp_path)
+    shutil.rmtree(workdir / "results/work/good")  # train from scratch
+    limit = 80_000
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        snakemake_command(_summary("good"), "--forcerun", "train"),
+        cwd=workdir, capture_output=True, text=True, env=environment(), preexec_fn=limited,
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    log = _failed(workdir, "train", "good")
+    assert re.search(r"\.ckpt: could not be written whole .*Free space on the filesystem", log), (
+        log[-3000:]
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (workdir / _summary("good")).exists()
+    for path in (workdir / "results/work/good").rglob("*.ckpt"):
+        read_training_checkpoint(path)  # whatever is left is whole
+    snakemake(workdir, _summary("good"))
+    assert json.loads((workdir / _summary("good")).read_text())["status"] == "completed"
+
+
+def test_a_token_list_that_does_not_match_the_tokenizer_stops_the_smoke_run(
+    trained, tmp_path
+) -> None:
+    workdir = _private_copy(trained[0], tmp_path)
+    tokens = workdir / "results/tokenizers/clean_char/tokens.txt"
+    lines = tokens.read_text().splitlines()
+    lines[2], lines[3] = lines[3], lines[2]
+    tokens.write_text("\n".join(lines) + "\n")
+    smoke = "results/runs/good/smoke/summary.json"
+    proc = snakemake(workdir, smoke, "--forcerun", "smoke_train", check=False)
+    assert proc.returncode != 0
+    log = _failed(workdir, "smoke_train", "good")
+    assert "tokens.txt" in log and "mismatch" in log, log[-3000:]
+    assert not (workdir / "results/runs/good/smoke/summary.json").exists()
+    assert "Traceback" not in proc.stdout + proc.stderr

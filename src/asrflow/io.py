@@ -61,22 +61,24 @@ def is_write_failure(exc: BaseException) -> bool:
     return False
 
 
-def write_failed(target: Pathlike, exc: BaseException, kept: str | None = None) -> WriteFailed:
+def write_failed(
+    target: Pathlike,
+    exc: BaseException,
+    *,
+    kept: str = "keeps its previous content",
+    absent: str = "was not created",
+) -> WriteFailed:
     """The :class:`WriteFailed` for ``target`` whose write failed with ``exc``.
 
-    ``kept`` says what a reader finds now; by default the target's old content or its absence.
+    The message says what a reader finds now: ``"<target> <kept>"`` when the target exists (its
+    old content), else ``"<target> <absent>"``.
     """
     target = Path(target)
-    if kept is None:
-        kept = (
-            f"{target} keeps its previous content"
-            if target.exists()
-            else f"{target} was not created"
-        )
+    found = f"{target} {kept if target.exists() else absent}"
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return WriteFailed(
         f"{target}: could not be written whole ({type(exc).__name__}: {reason}); the disk, the "
-        f"quota or the file-size limit ran out of room. Nothing half-written was kept: {kept}. "
+        f"quota or the file-size limit ran out of room. Nothing half-written was kept: {found}. "
         f"Free space on the filesystem of {target.parent} and rerun"
     )
 

@@ -162,12 +162,9 @@ def export_package(
         _publish(tmp, out)
     except Exception as exc:
         if is_write_failure(exc):  # the disk filled: the half-built package goes, out stays
-            kept = (
-                f"{out} keeps the package it held before"
-                if out.exists()
-                else f"no package was published at {out}"
-            )
-            raise write_failed(out, exc, kept=kept) from exc
+            raise write_failed(
+                out, exc, kept="keeps the package it held before", absent="was not published"
+            ) from exc
         raise
     finally:
         if tmp.exists():

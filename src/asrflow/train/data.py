@@ -196,7 +196,8 @@ def check_finite(speech: torch.Tensor, cuts: Sequence[Any], sample_rate: Hz) -> 
     raise NonFiniteAudio(
         "; ".join(described) + f"{more}. A NaN or infinite sample makes the loss of every "
         "batch it is in NaN: replace the audio file with a clean one or remove the utterance "
-        "from the manifest, then rerun"
+        "from the manifest, then rerun (with the corpus's validation.full_decode: true, "
+        "validation decodes all its audio and lists every such file at once)"
     )
 
 

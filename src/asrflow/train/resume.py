@@ -189,11 +189,7 @@ def save_checkpoint_atomically(trainer: Any, path: Path, weights_only: bool | No
         if trainer.is_global_zero:
             tmp.unlink(missing_ok=True)
         if is_write_failure(exc):
-            kept = (
-                f"{path} still holds the previous checkpoint, which a rerun resumes from"
-                if path.exists()
-                else f"{path} was not created"
-            )
+            kept = "still holds the previous checkpoint, which a rerun resumes from"
             raise write_failed(path, exc, kept=kept) from exc
         raise
 
