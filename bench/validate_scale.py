@@ -174,6 +174,7 @@ def run_round(
     from asrflow.data.audio import read_audio_infos
     from asrflow.data.cuts import load_cuts, save_cuts
     from asrflow.data.importers import import_nemo
+    from asrflow.data.issues import audio_path
 
     splits: dict[str, list] = {}
     for name, path in manifests.items():
@@ -217,7 +218,7 @@ def run_round(
         raise SystemExit("the synthetic corpus should validate cleanly")
 
     if breakdown:
-        paths = {V._audio_path(c) for cuts in loaded.values() for c in cuts}
+        paths = {audio_path(c) for cuts in loaded.values() for c in cuts}
         infos = table.time(
             round_name,
             "  header reads (read_audio_infos)",

@@ -5,7 +5,7 @@ import os
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from asrflow import layout
+from asrflow import layout, runs
 from asrflow.artifacts import BASELINE, is_average
 from asrflow.data.audio_state import refresh_audio_state
 from asrflow.errors import AsrflowError
@@ -140,19 +140,19 @@ def run_audit_inputs(wildcards):
 
 def audit_recipe(wildcards):
     """The sections of the run's recipe the batch audit reads (batching, loss, augmentation)."""
-    return layout.recipe_params(config, wildcards.run, sections=AUDIT_SECTIONS)
+    return runs.recipe_params(config, wildcards.run, sections=AUDIT_SECTIONS)
 
 
 def run_recipe(wildcards):
     """The run's recipe with its overrides and hardware (resources) merged in, parsed: the
-    settings that can change the weights, and the operational ones (layout.recipe_params).
+    settings that can change the weights, and the operational ones (runs.recipe_params).
     """
-    return layout.recipe_params(config, wildcards.run)
+    return runs.recipe_params(config, wildcards.run)
 
 
 def smoke_recipe(wildcards):
     """The run's recipe cut down to the smoke run: a few CPU steps."""
-    return layout.recipe_params(config, wildcards.run, smoke=True)
+    return runs.recipe_params(config, wildcards.run, smoke=True)
 
 
 def run_threads(wildcards):
@@ -187,7 +187,7 @@ def run_init_weights(wildcards):
 
 def average_criterion(wildcards):
     """(monitor, k) of the average being made, from the run's recipe."""
-    return layout.average_criterion(config, wildcards.run, wildcards.average)
+    return runs.average_criterion(config, wildcards.run, wildcards.average)
 
 
 def export_inputs(wildcards):
@@ -254,7 +254,7 @@ def dev_evaluations(wildcards):
     dev = layout.dev_set(config, wildcards.run)
     return [
         layout.eval_file(wildcards.run, a, dev, "summary.json")
-        for a in layout.run_artifacts(config, wildcards.run)
+        for a in runs.run_artifacts(config, wildcards.run)
     ]
 
 
@@ -262,7 +262,7 @@ def slice_evaluations(wildcards):
     """Every artifact of a run evaluated on one eval set."""
     return [
         layout.eval_file(wildcards.run, a, wildcards.eval_set, "summary.json")
-        for a in layout.run_artifacts(config, wildcards.run)
+        for a in runs.run_artifacts(config, wildcards.run)
     ]
 
 
@@ -292,6 +292,6 @@ def report_inputs(wildcards):
             )
             inputs["evaluations"] += [
                 layout.eval_file(run, a, eval_set, "summary.json")
-                for a in layout.run_artifacts(config, run)
+                for a in runs.run_artifacts(config, run)
             ]
     return inputs

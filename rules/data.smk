@@ -90,7 +90,7 @@ checkpoint validate_corpus:
         sampling_rate=lookup(
             dpath="corpora/{corpus}/sampling_rate", within=config, default=None
         ),
-        model_rates=lambda w: layout.frontend_rates(config, w.corpus),
+        model_rates=lambda w: runs.frontend_rates(config, w.corpus),
     script:
         "../scripts/validate_corpus.py"
 

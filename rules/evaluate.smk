@@ -30,7 +30,7 @@ rule evaluate:
         mem_mb=config["evaluation"]["resources"]["mem_mb"],
         runtime=eval_runtime,
     params:
-        evaluation=layout.eval_params(config),
+        evaluation=runs.eval_params(config),
         slice_fields=eval_slice_fields,
         archive=layout.eval_archive(),
         decodes=layout.shared_decodes(),

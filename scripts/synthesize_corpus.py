@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from asrflow.corpus.synthetic import SyntheticCorpusConfig, generate_corpus
+from asrflow.corpus.plan import SyntheticCorpusConfig
+from asrflow.corpus.synthetic import generate_corpus
 from asrflow.workflow import step
 
 with step(snakemake):

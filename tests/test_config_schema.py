@@ -15,8 +15,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate as snakemake_validate
 
 from asrflow import layout
-from asrflow.data.checks import ValidationConfig
 from asrflow.data.filter import FilterConfig
+from asrflow.data.issues import ValidationConfig
 from asrflow.settings import config_error_message
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig

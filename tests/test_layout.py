@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asrflow import layout
+from asrflow import layout, runs
 from asrflow.errors import AsrflowError
 
 CONFIG = {
@@ -243,10 +243,10 @@ def test_a_fine_tuning_run_has_a_baseline_only_when_its_init_model_has_a_config(
     (package / "model.pth").write_bytes(b"")
     run = {"corpora": ["demo"], "tokenizer": "t", "recipe": "x", "init": {"model": str(package)}}
     config = {"corpora": {"demo": {"source": "synthetic"}}, "runs": {"r": run}}
-    assert not layout.has_baseline(config, "r")  # weights without a model description
+    assert not runs.has_baseline(config, "r")  # weights without a model description
     (package / "config.yaml").write_text("encoder: conformer\n")
-    assert layout.has_baseline(config, "r")
+    assert runs.has_baseline(config, "r")
     run["init"]["model"] = str(tmp_path / "not-made-yet")
-    assert not layout.has_baseline(config, "r")
+    assert not runs.has_baseline(config, "r")
     del run["init"]
-    assert not layout.has_baseline(config, "r")
+    assert not runs.has_baseline(config, "r")

@@ -429,7 +429,7 @@ def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(trained, tmp_
     averaged."""
     import pandas as pd
 
-    from asrflow.layout import train_overrides
+    from asrflow.runs import train_overrides
     from asrflow.train.recipe import load_recipe
 
     trained = _private_copy(trained, tmp_path)

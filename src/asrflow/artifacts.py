@@ -33,7 +33,7 @@ AVERAGE_RE = re.compile(r"\.ave_(\d+)best$")
 
 
 class Criterion(Protocol):
-    """What naming needs of a recipe's checkpoint criterion (``asrflow.train.recipe.Criterion``)."""
+    """What naming needs of a recipe's checkpoint criterion (``train.sections.Criterion``)."""
 
     monitor: str
     top_k: int

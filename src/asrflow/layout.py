@@ -3,6 +3,7 @@
 One place for result paths, so that rules, scripts and tests agree. Functions return path
 *templates* when given wildcard strings (``imported("{corpus}", "{split}")``) and concrete paths
 when given names. Everything the workflow writes is under ``results/``, logs under ``logs/``.
+What a run's recipe decides (overrides, rule params, artifacts) is in :mod:`asrflow.runs`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
-from asrflow.evaluate.scoring import SCORING_VERSION
-from asrflow.export.find import find_config, model_sample_rate
-from asrflow.params import Operational
-from asrflow.train.recipe import load_recipe
 
 RESULTS = "results"
 LOGS = "logs"
@@ -232,51 +228,6 @@ def run_dev_corpus(config: Config, name: str) -> str:
     return r.get("dev") or r["corpora"][0]
 
 
-def train_overrides(config: Config, name: str) -> dict[str, Any]:
-    """A run's recipe overrides with the trainer's hardware taken from ``runs.<run>.resources``."""
-    r = run(config, name)
-    res = r.get("resources", {})
-    devices = int(res.get("devices", 0))
-    overrides = {
-        k: dict(v) if isinstance(v, Mapping) else v for k, v in r.get("overrides", {}).items()
-    }
-    trainer = dict(overrides.get("trainer", {}))
-    trainer.update(
-        devices=max(1, devices),
-        num_nodes=int(res.get("nodes", 1)),
-        accelerator="gpu" if devices > 0 else "cpu",
-    )
-    overrides["trainer"] = trainer
-    return overrides
-
-
-def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
-    """The overrides of a run's smoke test: same recipe, a few single-CPU steps."""
-    smoke = config.get("smoke", {})
-    overrides = train_overrides(config, name)
-    steps = int(smoke.get("max_steps", 3))
-    overrides["trainer"].update(
-        devices=1,
-        num_nodes=1,
-        accelerator="cpu",
-        precision="32-true",
-        max_steps=steps,
-        val_check_interval=steps,
-        accumulate_grad_batches=1,
-    )
-    scheduler = dict(overrides.get("scheduler", {}))
-    scheduler.update(warmup=1, total_steps=None)
-    overrides["scheduler"] = scheduler
-    batching = dict(overrides.get("batching", {}))
-    batching.update(num_buckets=2, num_workers=0)
-    overrides["batching"] = batching
-    # a few steps cannot learn anything: blank outputs are expected, not a warning
-    diagnostics = dict(overrides.get("diagnostics", {}))
-    diagnostics.update(blank_warning_after_warmup=False)
-    overrides["diagnostics"] = diagnostics
-    return overrides
-
-
 def eval_set_name(corpus_name: str, split: str) -> str:
     """An eval set is a split of a corpus: ``<corpus>.<split>`` (``demo.dev``)."""
     return f"{corpus_name}.{split}"
@@ -363,81 +314,3 @@ def all_targets(config: Config) -> list[str]:
     if config.get("runs"):
         targets += [report_file(t) for t in REPORT_TABLES]
     return targets
-
-
-def run_recipe(config: Config, name: str, *, smoke: bool = False):
-    """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
-    run trains it (:func:`smoke_overrides`)."""
-    overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
-    path = recipe_file(run(config, name)["recipe"])
-    return load_recipe(path, overrides, source=f"{path} (run {name})")
-
-
-def frontend_rates(config: Config, corpus: str) -> dict[str, int]:
-    """``{run: sampling rate its model's frontend expects}`` for the runs that train or validate
-    on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none)."""
-    rates = {}
-    for name in config.get("runs", {}):
-        if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
-            rates[name] = model_sample_rate(run_recipe(config, name).model.get("frontend_conf"))
-    return rates
-
-
-def recipe_params(
-    config: Config, name: str, *, smoke: bool = False, sections: tuple[str, ...] | None = None
-) -> dict[str, Any]:
-    """What a training rule (audit, smoke, train) is given of its recipe: the parsed, canonical
-    settings that can change the weights (``settings``: comments, key order and spelling of the
-    YAML never rerun a job), the others as :class:`~asrflow.params.Operational` (``operational``:
-    a change reruns nothing) and the recipe's name (``name``). ``sections``: only these
-    top-level sections (a rule that reads no more, such as the batch audit)."""
-    recipe = run_recipe(config, name, smoke=smoke)
-    settings, operational = recipe.identity(), recipe.operational()
-    if sections is not None:
-        settings = {k: v for k, v in settings.items() if k in sections}
-        operational = {k: v for k, v in operational.items() if k in sections}
-    return {
-        "settings": settings,
-        "operational": Operational(operational),
-        "name": run(config, name)["recipe"],
-    }
-
-
-def eval_params(config: Config) -> dict[str, Any]:
-    """What ``evaluate`` is given of ``evaluation``: the scoring contract, the scorer's version
-    and the decoding settings (they change the figures; a bump of
-    :data:`~asrflow.evaluate.scoring.SCORING_VERSION` reruns every evaluation), and
-    ``operational`` (device, batch_seconds: they do not)."""
-    ev = config["evaluation"]
-    return {
-        "scoring": ev["scoring"],
-        "scoring_version": SCORING_VERSION,
-        "dtype": ev["dtype"],
-        "decoding": ev["decoding"],
-        "operational": Operational({k: ev[k] for k in ("device", "batch_seconds")}),
-    }
-
-
-def has_baseline(config: Config, name: str) -> bool:
-    """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package
-    or an ESPnet model directory) has a ``baseline`` artifact: its start weights."""
-    init = run(config, name).get("init")
-    if not init:
-        return False
-    try:
-        return find_config(init["model"]) is not None
-    except AsrflowError:
-        return False  # not there yet (made by another rule) or unusable: the train rule says why
-
-
-def run_artifacts(config: Config, name: str) -> list[str]:
-    """The artifacts a run exports (see :mod:`asrflow.artifacts`)."""
-    return artifact_names(run_recipe(config, name).criteria, has_baseline(config, name))
-
-
-def average_criterion(config: Config, name: str, average: str) -> tuple[str, int]:
-    """(monitor, k) of an average artifact name such as ``valid.loss.ave_3best``."""
-    for c in run_recipe(config, name).criteria:
-        if average_name(c.monitor, c.top_k) == average:
-            return c.monitor, c.top_k
-    raise AsrflowError(f"run {name!r} has no criterion whose average is called {average!r}")

@@ -10,18 +10,15 @@ import pytest
 import soundfile as sf
 import yaml
 
-from asrflow.corpus.synthetic import (
+from asrflow.corpus.plan import (
     EN_VARIANTS,
     SPLITS,
     SyntheticCorpusConfig,
-    coloured_noise,
-    generate_corpus,
     held_out_speakers,
-    mix_at_snr,
     plan_speakers,
     plan_utterances,
-    render,
 )
+from asrflow.corpus.synthetic import coloured_noise, generate_corpus, mix_at_snr, render
 from asrflow.corpus.vocabulary import NAMES
 
 SMALL = SyntheticCorpusConfig(

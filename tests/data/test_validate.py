@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from asrflow.data.checks import ValidationConfig
 from asrflow.data.importers import import_nemo
+from asrflow.data.issues import ValidationConfig
 from asrflow.data.validate import raise_on_errors, validate_splits
 from asrflow.errors import ValidationFailed
 from tests.conftest import write_wav

@@ -14,10 +14,9 @@ from asrflow.report.comparison import (
     check_contracts,
     comparison_table,
     data_fingerprint,
-    report_markdown,
     slice_table,
-    write_report_tables,
 )
+from asrflow.report.tables import report_markdown, write_report_tables
 
 CONTRACT = "c" * 64
 OTHER_CONTRACT = "d" * 64

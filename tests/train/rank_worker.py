@@ -80,7 +80,7 @@ def record_batches(
 def record_writes(root: Pathlike) -> None:
     """Log to ``<root>/writes.jsonl`` every summary, identity file and provenance record this
     process writes (its PID and ``LOCAL_RANK``, the path)."""
-    import asrflow.train.runner
+    import asrflow.train.outcome
     import asrflow.train.workdir
     import asrflow.workflow
 
@@ -98,7 +98,7 @@ def record_writes(root: Pathlike) -> None:
         return wrapper
 
     for module, name in (
-        (asrflow.train.runner, "write_json"),
+        (asrflow.train.outcome, "write_json"),
         (asrflow.train.workdir, "write_json"),
         (asrflow.workflow, "write_record"),
     ):

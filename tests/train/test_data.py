@@ -17,9 +17,9 @@ from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
+from asrflow.train.batching import Batching
 from asrflow.train.data import (
     AsrDataset,
-    Batching,
     EpochMixSampler,
     make_dataloader,
     make_sampler,
@@ -180,12 +180,12 @@ def test_sampler_resumes_from_state_dict(k: int):
 
 
 def test_batching_settings_from_mapping_or_object():
-    b = Batching.coerce({"max_duration": 30, "num_buckets": 3, "num_workers": 4})
-    assert b == Batching(max_duration=30, num_buckets=3)
+    b = Batching.coerce({"max_duration": 30, "num_buckets": 3, "num_workers": 4, "lr": 1.0})
+    assert b == Batching(max_duration=30, num_buckets=3, num_workers=4)  # lr: not batching's
+    assert "num_workers" not in b.sampler_kwargs()  # the DataLoader's, not the sampler's
     obj = SimpleNamespace(max_duration=5.0, num_buckets=2, shuffle=False, seed=1)
     assert Batching.coerce(obj) == Batching(max_duration=5.0, num_buckets=2, shuffle=False, seed=1)
-    with pytest.raises(AsrflowError, match="max_duration is required"):
-        Batching.coerce({"num_buckets": 3})
+    assert Batching.coerce({"num_buckets": 3}) == Batching(num_buckets=3)  # the recipe defaults
     with pytest.raises(AsrflowError, match="max_duration must be a positive"):
         Batching.coerce({"max_duration": 0})
     with pytest.raises(AsrflowError, match="num_buckets must be an integer >= 2"):

@@ -59,12 +59,12 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
 
 
 def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
+    from asrflow.train.parts import load_train_cuts
     from asrflow.train.recipe import load_recipe
-    from asrflow.train.runner import _load_train_cuts
 
     spec = _two_corpora(tmp_path / "data")
     recipe = load_recipe(spec.recipe)
-    plain = _load_train_cuts(spec, recipe).ids
+    plain = load_train_cuts(spec, recipe).ids
     assert sum(i.startswith("new-") for i in plain) == 12  # no weights: every cut once
-    mixed = _load_train_cuts(dataclasses.replace(spec, train_weights=WEIGHTS), recipe).ids
+    mixed = load_train_cuts(dataclasses.replace(spec, train_weights=WEIGHTS), recipe).ids
     assert sum(i.startswith("new-") for i in mixed) == 18

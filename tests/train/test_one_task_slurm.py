@@ -80,7 +80,7 @@ def snakemake_script(workflow: Path, root: Path, spec) -> Path:
         "summary": "results/runs/tiny/train/summary.json",
         "record": "results/runs/tiny/train/summary.prov.json",
     }
-    recipe = load_recipe(spec.recipe, OVERRIDES)  # what layout.recipe_params gives the rule
+    recipe = load_recipe(spec.recipe, OVERRIDES)  # what runs.recipe_params gives the rule
     params = {
         "recipe": {
             "settings": recipe.identity(),

@@ -9,21 +9,18 @@ import pytest
 import yaml
 
 from asrflow.errors import AsrflowError
+from asrflow.train.batching import Batching
+from asrflow.train.mappings import deep_merge
 from asrflow.train.recipe import (
-    ESPNET_SUPERSEDED_KEYS,
-    BatchingConfig,
-    Criterion,
-    LossConfig,
-    SchedulerConfig,
-    TrainerConfig,
     check_recipe,
-    deep_merge,
     effective_batch_seconds,
     load_recipe,
     recipe_from_dict,
     scaled_lr,
     update_budget,
 )
+from asrflow.train.recipe_checks import ESPNET_SUPERSEDED_KEYS
+from asrflow.train.sections import Criterion, LossConfig, SchedulerConfig, TrainerConfig
 from asrflow.train.trainer import trainer_kwargs
 from tests.train.tiny_espnet import build_asr_model, num_parameters
 
@@ -82,6 +79,21 @@ def test_round_trip_and_sha256(tmp_path):
     assert r2.model["encoder_conf"]["num_blocks"] == 2
 
 
+def test_batching_section_is_the_samplers_settings(tmp_path):
+    r = recipe_from_dict(MODEL)
+    b = r.batching
+    assert b == Batching()
+    assert (b.max_duration, b.buffer_size, b.num_workers, b.drop_last) == (60.0, 10000, 1, False)
+    # drop_last came later: at its default it stays out of the recipe's data, so no existing
+    # recipe's hash (its runs' identity and params) changed
+    assert "drop_last" not in r.to_dict()["batching"]
+    dropping = load_recipe(write(tmp_path, {**MODEL, "batching": {"drop_last": True}}))
+    assert dropping.batching.drop_last is True
+    assert dropping.to_dict()["batching"]["drop_last"] is True
+    assert recipe_from_dict(dropping.to_dict()) == dropping
+    assert dropping.identity_sha256() != r.identity_sha256()
+
+
 def test_yaml_int_precision_and_float_fields(tmp_path):
     r = load_recipe(
         write(
@@ -123,6 +135,10 @@ def test_speed_perturb_factors_parse_and_are_checked(tmp_path):
         ({"optim": "adam"}, r"optim: adam is ESPnet's syntax"),
         ({"best_model_criterion": [["valid", "loss", "min"]]}, r"\[monitor, top_k, mode\]"),
         ({"best_model_criterion": [["valid/acc", "max", 10]]}, r"ESPnet3's"),
+        ({"batching": {"max_duration": 0}}, r"batching\.max_duration must be a positive"),
+        ({"batching": {"num_buckets": 1}}, r"batching\.num_buckets must be an integer >= 2"),
+        ({"batching": {"num_workers": -1}}, r"batching\.num_workers must be a non-negative"),
+        ({"batching": {"drop_last": 1}}, r"batching\.drop_last must be true/false"),
     ],
 )
 def test_parse_errors_name_the_key(tmp_path, data, message):
@@ -149,7 +165,6 @@ def test_parse_errors_name_the_key(tmp_path, data, message):
         ({"criteria": ()}, r"best_model_criterion is empty"),
         ({"trainer": TrainerConfig(precision="bf16")}, r"trainer\.precision"),
         ({"trainer": TrainerConfig(accumulate_grad_batches=0)}, r"accumulate_grad_batches"),
-        ({"batching": BatchingConfig(max_duration=0.0)}, r"batching\.max_duration"),
     ],
 )
 def test_check_recipe_errors(change, message):
@@ -189,7 +204,7 @@ def test_budget_and_lr_scaling():
     r = replace(
         recipe_from_dict(MODEL),
         trainer=TrainerConfig(max_steps=1000, devices=4, num_nodes=2, accumulate_grad_batches=3),
-        batching=BatchingConfig(max_duration=100.0),
+        batching=Batching(max_duration=100.0),
     )
     assert effective_batch_seconds(r) == 100.0 * 4 * 2 * 3
     assert update_budget(r) == {

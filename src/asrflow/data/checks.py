@@ -1,5 +1,6 @@
-"""The validation checks: each a named function that returns :class:`Issue` records naming the
-manifest line, the item and what to do (:mod:`asrflow.data.validate` runs them all).
+"""The validation checks: each a named function that returns :class:`~asrflow.data.issues.Issue`
+records naming the manifest line, the item and what to do (:mod:`asrflow.data.validate` runs them
+all, :data:`CHECKS`). Those that use the audio headers are in :mod:`asrflow.data.audio_checks`.
 
 Checks (``code`` in the report):
 
@@ -37,22 +38,27 @@ import logging
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from lhotse.cut import Cut
-from lhotse.qa import validate as lhotse_validate
 
-from asrflow.data.audio import AudioInfo
-from asrflow.data.cuts import SEGMENT, field, origin, text
+from asrflow.data.audio_checks import check_audio, check_lhotse, check_sampling_rates
+from asrflow.data.cuts import field, origin, text
+from asrflow.data.issues import (
+    EXAMPLES,
+    Issue,
+    Splits,
+    ValidationConfig,
+    _convention_issue,
+    _examples,
+    _issue,
+    audio_path,
+)
 from asrflow.text import TextNormalization, normalize
-from asrflow.types import Seconds
 
 log = logging.getLogger(__name__)
-
-Splits = Mapping[str, Sequence[Cut]]
 
 TRAIN = "train"
 NUMBER_WORDS = frozenset(
@@ -90,54 +96,6 @@ NUMBER_WORDS = frozenset(
         "million",
     ]
 )
-EXAMPLES = 5
-
-
-@dataclass(frozen=True)
-class ValidationConfig:
-    """Settings of the validation rule (``corpora.<name>.validation`` in the config)."""
-
-    duration_tolerance: Seconds = 0.05
-    full_decode: bool = False
-    group_fields: tuple[str, ...] = ("speaker", "session")
-    allow_group_overlap: tuple[str, ...] = ()
-    threads: int = 16
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ValidationConfig:
-        d = dict(d)
-        for key in ("group_fields", "allow_group_overlap"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
-
-
-@dataclass(frozen=True)
-class Issue:
-    """One finding: ``where`` is ``"<manifest>:<line>"`` (or a split name for split-wide ones)."""
-
-    severity: str  # "error" | "warning"
-    code: str
-    split: str
-    where: str
-    item: str
-    message: str
-    hint: str
-
-    def format(self) -> str:
-        return f"{self.where} [{self.split}] {self.item}: {self.message} -> {self.hint}"
-
-
-def _issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
-    return Issue(severity, code, split, origin(cut), f"utterance {cut.id}", message, hint)
-
-
-def audio_path(cut: Cut) -> str:
-    return str(cut.recording.sources[0].source)
-
-
-class NonFiniteAudio(ValueError):
-    """Decoded audio holds NaN or infinite samples (a float WAV written from a broken model)."""
 
 
 def check_split_sizes(splits: Splits, **_: Any) -> Iterable[Issue]:
@@ -154,176 +112,6 @@ def check_split_sizes(splits: Splits, **_: Any) -> Iterable[Issue]:
                 "give it a manifest with utterances (is the file empty, or every line blank?), "
                 "or remove the split from the corpus in the config",
             )
-
-
-def _bad_audio(info: AudioInfo | Exception) -> bool:
-    """Unreadable, truncated or empty audio: :func:`check_audio` names the file as the fault."""
-    return isinstance(info, Exception) or info.header_samples is not None or not info.num_samples
-
-
-def check_lhotse(
-    splits: Splits, infos: Mapping[str, AudioInfo | Exception], **_: Any
-) -> Iterable[Issue]:
-    """Lhotse's structural per-cut checks (positive duration, supervision bounds, ...)."""
-    for split, cuts in splits.items():
-        for cut in cuts:
-            if _bad_audio(infos[audio_path(cut)]):
-                continue
-            try:
-                lhotse_validate(cut)
-            except AssertionError as exc:
-                yield _issue(
-                    "error",
-                    "lhotse_invalid",
-                    split,
-                    cut,
-                    str(exc),
-                    "fix the manifest line (duration, offset or IDs)",
-                )
-
-
-def check_audio(
-    splits: Splits,
-    infos: Mapping[str, AudioInfo | Exception],
-    config: ValidationConfig,
-    corpus: str = "<corpus>",
-    sampling_rate: int | None = None,
-    **_: Any,
-) -> Iterable[Issue]:
-    """Audio opens, is whole and not empty, has the declared sampling rate (``sampling_rate``,
-    else the rate the manifest gives), lasts as long as declared, and a segment lies inside."""
-    tol = config.duration_tolerance
-    for split, cuts in splits.items():
-        for cut in cuts:
-            path = audio_path(cut)
-            info = infos[path]
-            if isinstance(info, Exception):
-                if isinstance(info, NonFiniteAudio):
-                    what = str(info)
-                elif not Path(path).exists():
-                    what = "does not exist"
-                else:
-                    what = f"cannot be read: {info}"
-                yield _issue(
-                    "error",
-                    "audio_unreadable",
-                    split,
-                    cut,
-                    f"audio {path} {what}",
-                    "fix the path or the file, or remove the line",
-                )
-                continue
-            if info.header_samples is not None:
-                yield _issue(
-                    "error",
-                    "audio_truncated",
-                    split,
-                    cut,
-                    f"audio {path} is truncated: its header says {info.header_samples} frames, "
-                    f"the file holds {info.num_samples}",
-                    "the file is damaged (an interrupted copy or download?), not the manifest "
-                    "line: copy it again from its source, or remove the line",
-                )
-                continue
-            if not info.num_samples:
-                yield _issue(
-                    "error",
-                    "audio_empty",
-                    split,
-                    cut,
-                    f"audio {path} holds no samples (a header only)",
-                    "the file is damaged or was never written, not the manifest line: replace "
-                    "it from its source, or remove the line",
-                )
-                continue
-            expected = sampling_rate or cut.sampling_rate
-            if info.sampling_rate != expected:
-                if sampling_rate:
-                    said = f"corpora.{corpus}.sampling_rate declares {sampling_rate} Hz"
-                    hint = (
-                        f"resample the file to {sampling_rate} Hz (e.g. `sox in.wav -r "
-                        f"{sampling_rate} out.wav`), or remove sampling_rate from corpora."
-                        f"{corpus} to accept several rates (each file is resampled to the "
-                        "model's rate when loaded)"
-                    )
-                else:
-                    said = f"the manifest reads it as {cut.sampling_rate} Hz"
-                    hint = (
-                        f"declare corpora.{corpus}.sampling_rate: {info.sampling_rate} if that "
-                        "is the corpus's rate (a Kaldi data dir is read at the declared rate, "
-                        f"16000 Hz when none is), or resample the file to {cut.sampling_rate} Hz"
-                    )
-                yield _issue(
-                    "error",
-                    "sampling_rate",
-                    split,
-                    cut,
-                    f"audio {path} is {info.sampling_rate} Hz but {said}",
-                    hint,
-                )
-            actual = info.duration
-            if not field(cut, SEGMENT):
-                if abs(cut.duration - actual) > tol:
-                    yield _issue(
-                        "error",
-                        "duration_mismatch",
-                        split,
-                        cut,
-                        f"declared duration {cut.duration:.3f} s but the audio lasts "
-                        f"{actual:.3f} s (tolerance {tol} s)",
-                        "correct the duration (or give an offset for a segment)",
-                    )
-            elif cut.start + cut.duration > actual + tol:
-                yield _issue(
-                    "error",
-                    "segment_outside",
-                    split,
-                    cut,
-                    f"offset {cut.start:.3f} s + duration {cut.duration:.3f} s = "
-                    f"{cut.start + cut.duration:.3f} s lies beyond the end of the audio "
-                    f"({actual:.3f} s)",
-                    "correct offset/duration or the audio path",
-                )
-
-
-def check_sampling_rates(
-    splits: Splits,
-    infos: Mapping[str, AudioInfo | Exception],
-    corpus: str = "<corpus>",
-    sampling_rate: int | None = None,
-    model_rates: Mapping[str, int] | None = None,
-    **_: Any,
-) -> Iterable[Issue]:
-    """Without a declared ``sampling_rate``, audio at several rates is a warning with counts."""
-    if sampling_rate:
-        return
-    by_rate: dict[int, list[Cut]] = defaultdict(list)
-    for cuts in splits.values():
-        for cut in cuts:
-            info = infos[audio_path(cut)]
-            if not isinstance(info, Exception):
-                by_rate[info.sampling_rate].append(cut)
-    if len(by_rate) > 1:
-        counts = "; ".join(
-            f"{rate} Hz: {len(cuts)} (e.g. {_examples(cuts)})"
-            for rate, cuts in sorted(by_rate.items())
-        )
-        yield _convention_issue(
-            "mixed_sampling_rates",
-            "all",
-            f"the audio has {len(by_rate)} sampling rates: {counts}",
-            f"{resampling_note(model_rates)}; if one rate is expected, declare corpora."
-            f"{corpus}.sampling_rate so that any other is an error",
-        )
-
-
-def resampling_note(model_rates: Mapping[str, int] | None) -> str:
-    """What happens to audio at another rate than the model's, for the report."""
-    rates = sorted(set((model_rates or {}).values()))
-    if not rates:
-        return "each file is resampled to the rate of the model's frontend when loaded"
-    runs = ", ".join(f"{run}: {rate} Hz" for run, rate in sorted((model_rates or {}).items()))
-    return f"each file is resampled when loaded to the rate the model's frontend expects ({runs})"
 
 
 def check_text(splits: Splits, **_: Any) -> Iterable[Issue]:
@@ -436,16 +224,8 @@ def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> I
                 )
 
 
-def _convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
-    return Issue("warning", code, split, split, "transcripts", message, hint)
-
-
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[a-z]+")
-
-
-def _examples(cuts: Sequence[Cut]) -> str:
-    return ", ".join(origin(c) for c in cuts[:EXAMPLES])
 
 
 def check_conventions(

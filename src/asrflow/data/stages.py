@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from asrflow.data.checks import ValidationConfig
 from asrflow.data.cuts import load_cuts, save_cuts
 from asrflow.data.filter import FilterConfig, filter_cuts, write_filter_report
 from asrflow.data.importers import import_manifest
+from asrflow.data.issues import ValidationConfig
 from asrflow.data.split import group_holdout
 from asrflow.data.validate import raise_on_errors, validate_splits
 from asrflow.errors import AsrflowError

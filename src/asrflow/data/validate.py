@@ -22,15 +22,10 @@ import soundfile
 from lhotse.cut import Cut
 
 from asrflow.data.audio import AudioInfo, read_audio_infos
-from asrflow.data.checks import (
-    CHECKS,
-    Issue,
-    NonFiniteAudio,
-    ValidationConfig,
-    audio_path,
-    resampling_note,
-)
+from asrflow.data.audio_checks import NonFiniteAudio, resampling_note
+from asrflow.data.checks import CHECKS
 from asrflow.data.cuts import field
+from asrflow.data.issues import Issue, ValidationConfig, audio_path
 from asrflow.errors import ValidationFailed
 from asrflow.text import DEFAULT as DEFAULT_NORMALIZATION
 from asrflow.text import TextNormalization

@@ -18,23 +18,19 @@ rows, and :func:`check_contracts` says in words when there is more than one grou
 Example::
 
     df = comparison_table(train, evals, selections, archived=load_archive(archive_dir))
-    write_report_tables(df, "report/comparison.csv", "report/comparison.md",
-                        "report/comparison.html")
+
+:mod:`asrflow.report.tables` writes it as CSV, Markdown and HTML.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from asrflow.evaluate.archive import ARCHIVE_KEY, DECODING_KEY
-from asrflow.io import write_text
-from asrflow.types import Pathlike
 
 NONE = "-"
 """Artifact and eval set of a row that has no evaluation (a failed or unevaluated run)."""
@@ -321,202 +317,6 @@ def check_contracts(df: pd.DataFrame) -> list[str]:
                 f"({', '.join(c[:SHORT] for c in cuts)}); ranked separately"
             )
     return notes
-
-
-# --- writing the tables ------------------------------------------------------------------------
-
-
-def _pct(value: Any) -> str:
-    return "" if _missing(value) else f"{100 * float(value):.2f}"
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    return "" if _missing(value) else f"{float(value):.{digits}f}"
-
-
-def _short(value: Any) -> str:
-    return "" if _missing(value) else str(value)[:SHORT]
-
-
-def _text(value: Any) -> str:
-    return "" if _missing(value) else str(value)
-
-
-def _missing(value: Any) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    return isinstance(value, float) and math.isnan(value)
-
-
-def display_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The readable subset of :func:`comparison_table`: percentages, short hashes, text cells."""
-    out = pd.DataFrame(
-        {
-            "run": df["run"].map(_text),
-            "artifact": df["artifact"].map(_text),
-            "eval set": df["eval_set"].map(_text),
-            "WER %": df["wer"].map(_pct),
-            "CER %": df["cer"].map(_pct),
-            "rank": df["rank"].map(_text),
-            "selected": df["selected"].map(lambda s: "yes" if s else ""),
-            "status": df["status"].map(_text),
-            "current": df["current"].map(lambda c: "" if c else "archived"),
-            "RTF": df["rtf"].map(_num),
-            "decoding": df["decoding"].map(_text),
-            "artifact sha": df["artifact_sha256"].map(_short),
-            "data sha": df["data_sha256"].map(_short),
-            "tokenizer sha": df["tokenizer_sha256"].map(_short),
-            "contract sha": df["contract_sha256"].map(_short),
-            "recipe sha": df["recipe_sha256"].map(_short),
-            "budget": df["update_budget"].map(_text),
-            "notes": [_notes(r) for r in df.itertuples()],
-        }
-    )
-    return out.reset_index(drop=True)
-
-
-def _notes(row: Any) -> str:
-    notes = []
-    if not _missing(row.decoded_by):
-        notes.append(f"same weights as {row.decoded_by}: decoded once")
-    if not _missing(row.code_changed):
-        notes.append(f"code changed since: {row.code_changed}")
-    return "; ".join(notes)
-
-
-def code_notes(df: pd.DataFrame) -> list[str]:
-    """A warning when current rows were made by asrflow code that has changed since."""
-    changed = df[df["current"] & df["code_changed"].map(lambda v: not _missing(v))]
-    if changed.empty:
-        return []
-    return [
-        f"{len(changed)} current row(s) were made by code that has changed since (see their "
-        "notes; `asrflow status` lists every artifact): force a rerun of their rules to refresh"
-    ]
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    """A GitHub pipe table of string cells (no ``tabulate`` needed)."""
-    header = "| " + " | ".join(_md_cell(str(c)) for c in table.columns) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = [
-        "| " + " | ".join(_md_cell(_text(v)) for v in row) + " |"
-        for row in table.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *body])
-
-
-def report_markdown(df: pd.DataFrame) -> str:
-    """The comparison as Markdown: contract line or warnings, results, failed runs, archive."""
-    lines = ["# Model comparison", ""]
-    notes = check_contracts(df)
-    contracts = sorted(df.loc[df["current"], "contract_sha256"].dropna().unique())
-    if notes:
-        lines += ["> **Warning: results below are not all comparable.**", ">"]
-        lines += [f"> - {n}" for n in notes]
-        lines.append("")
-    elif contracts:
-        lines += [f"Scoring contract: `{contracts[0]}` (all current results).", ""]
-    lines += [f"> {n}\n" for n in code_notes(df)]
-    current = df[df["current"] & (df["eval_set"] != NONE)]
-    lines += ["## Results", ""]
-    if current.empty:
-        lines += ["No evaluation results.", ""]
-    else:
-        view = display_table(current).drop(columns=["current"])
-        lines += [markdown_table(view), "", "WER and CER pool errors over all utterances.", ""]
-    failed = df[df["status"] == "failed"].drop_duplicates("run")
-    if not failed.empty:
-        lines += ["## Failed runs", ""]
-        lines += [
-            f"- **{r.run}**: {_md_cell(_text(r.error)) or 'no error message recorded'}"
-            for r in failed.itertuples()
-        ]
-        lines.append("")
-    pending = df[df["current"] & (df["eval_set"] == NONE) & (df["status"] != "failed")]
-    if not pending.empty:
-        lines += ["## Not evaluated", ""]
-        lines += [f"- {r.run} (status {_text(r.status)})" for r in pending.itertuples()]
-        lines.append("")
-    archived = df[~df["current"]]
-    if not archived.empty:
-        lines += ["## Earlier revisions (archived)", ""]
-        lines += [
-            "Results of models or eval data that are no longer current, kept by artifact hash.",
-            "",
-        ]
-        view = display_table(archived).drop(
-            columns=["rank", "status", "current", "data sha", "tokenizer sha", "budget"]
-        )
-        lines += [markdown_table(view), ""]
-    return "\n".join(lines)
-
-
-_CSS = """
-body { font-family: sans-serif; margin: 1.5em; }
-table.asrflow { border-collapse: collapse; font-size: 0.9em; }
-table.asrflow th, table.asrflow td { border: 1px solid #ccc; padding: 3px 8px; }
-table.asrflow th { background: #f0f0f0; }
-table.asrflow tr.selected td { background: #e3f4e1; font-weight: bold; }
-table.asrflow tr.failed td { background: #fbe4e4; }
-table.asrflow tr.archived td { color: #777; }
-.warning { background: #fff4ce; border: 1px solid #e0c060; padding: 0.5em 1em; }
-"""
-
-
-def report_html(df: pd.DataFrame) -> str:
-    """The comparison as one HTML page; selected rows highlighted, failed and archived marked."""
-    view = display_table(df)
-    view["error"] = df["error"].map(_text).reset_index(drop=True)
-    table = view.to_html(index=False, classes="asrflow", border=0, escape=True, na_rep="")
-    head, sep, body = table.partition("<tbody>")
-    parts = body.split("<tr>")
-    classes = []
-    for r in df.itertuples(index=False):
-        cls = []
-        if r.selected:
-            cls.append("selected")
-        if r.status == "failed":
-            cls.append("failed")
-        if not r.current:
-            cls.append("archived")
-        classes.append(" ".join(cls))
-    if len(parts) - 1 != len(classes):  # pragma: no cover - pandas changed its markup
-        raise RuntimeError("unexpected pandas to_html markup; cannot mark rows")
-    body = parts[0] + "".join(
-        (f'<tr class="{c}">' if c else "<tr>") + p for c, p in zip(classes, parts[1:], strict=True)
-    )
-    notes = check_contracts(df)
-    contracts = sorted(df.loc[df["current"], "contract_sha256"].dropna().unique())
-    if notes:
-        intro = '<div class="warning"><b>Not all results are comparable.</b><ul>' + "".join(
-            f"<li>{html.escape(n)}</li>" for n in notes
-        )
-        intro += "</ul></div>"
-    elif contracts:
-        intro = f"<p>Scoring contract: <code>{html.escape(contracts[0])}</code></p>"
-    else:
-        intro = ""
-    intro += "".join(f'<div class="warning">{html.escape(n)}</div>' for n in code_notes(df))
-    return (
-        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
-        "<p>WER and CER pool errors over all utterances.</p>\n</body>\n</html>\n"
-    )
-
-
-def write_report_tables(
-    df: pd.DataFrame, csv_path: Pathlike, md_path: Pathlike, html_path: Pathlike
-) -> None:
-    """Atomically write the table as CSV (every column, full hashes), Markdown and HTML."""
-    write_text(csv_path, df.to_csv(index=False, lineterminator="\n"))
-    write_text(md_path, report_markdown(df))
-    write_text(html_path, report_html(df))
 
 
 # --- slices ----------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What the report rules call: files in, files out (the tables and plots themselves are built in
-:mod:`asrflow.report.comparison` and :mod:`asrflow.report.plots`)."""
+:mod:`asrflow.report.comparison`, :mod:`asrflow.report.tables` and :mod:`asrflow.report.plots`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pandas as pd
 from asrflow.evaluate.archive import load_archive
 from asrflow.io import read_json
 from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
-from asrflow.report.comparison import comparison_table, write_report_tables
+from asrflow.report.comparison import comparison_table
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
+from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code
 from asrflow.types import Pathlike
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,8 @@ from asrflow.errors import AsrflowError
 from asrflow.io import write_bytes, write_json, write_text
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
-from asrflow.train.data import Batching, make_sampler
+from asrflow.train.batching import Batching
+from asrflow.train.data import make_sampler
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ def audit_batches(
     report = summarize(batches, loss_normalization, epochs=epochs)
     report["num_cuts"] = len(cuts)
     report["batches_per_epoch"] = per_epoch
-    report["batching"] = asdict(settings)
+    report["batching"] = settings.sampler_kwargs()
     # Lhotse may estimate fewer bins than asked for on small or uniform data.
     report["duration_bins"] = [round(float(b), 3) for b in sampler.duration_bins]
     report["normalization_sha256"] = normalization.sha256()

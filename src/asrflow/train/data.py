@@ -21,7 +21,6 @@ import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -33,71 +32,12 @@ from torch.utils.data import DataLoader
 from asrflow.data.cuts import origin, text
 from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder
-from asrflow.types import Hz, Seconds
+from asrflow.train.batching import Batching
+from asrflow.types import Hz
 
 log = logging.getLogger(__name__)
 
 _EAGER_WARNING = "You are using DynamicBucketingSampler with an eagerly read CutSet"
-
-
-@dataclass(frozen=True)
-class Batching:
-    """Sampler settings (``batching`` in a run's config).
-
-    - ``max_duration``: seconds of audio per batch (summed over its cuts, before padding);
-    - ``num_buckets``: duration buckets (at least 2); more buckets, less padding, less mixing;
-    - ``quadratic_duration``: when set, a cut counts as ``d + d**2 / quadratic_duration``
-      seconds, which evens out memory for attention models (15-40 for transformers);
-    - ``shuffle``/``seed``: reservoir shuffling, reproducible per seed and epoch;
-    - ``buffer_size``: cuts held across the buckets (memory vs shuffling quality);
-    - ``drop_last``: drop incomplete batches at the end of a bucket.
-    """
-
-    max_duration: Seconds
-    num_buckets: int = 10
-    quadratic_duration: Seconds | None = None
-    shuffle: bool = True
-    seed: int = 0
-    buffer_size: int = 20000
-    drop_last: bool = False
-
-    def __post_init__(self) -> None:
-        if not _positive(self.max_duration):
-            raise AsrflowError(
-                f"batching.max_duration must be a positive number of seconds, "
-                f"got {self.max_duration!r}"
-            )
-        if not isinstance(self.num_buckets, int) or self.num_buckets < 2:
-            raise AsrflowError(
-                f"batching.num_buckets must be an integer >= 2 (Lhotse's bucketing sampler "
-                f"needs two buckets), got {self.num_buckets!r}"
-            )
-        if self.quadratic_duration is not None and not _positive(self.quadratic_duration):
-            raise AsrflowError(
-                f"batching.quadratic_duration must be a positive number of seconds or null, "
-                f"got {self.quadratic_duration!r}"
-            )
-        if not isinstance(self.buffer_size, int) or self.buffer_size < 1:
-            raise AsrflowError(
-                f"batching.buffer_size must be a positive integer, got {self.buffer_size!r}"
-            )
-
-    @classmethod
-    def coerce(cls, batching: Batching | Mapping[str, Any] | Any) -> Batching:
-        """Settings from a ``Batching``, a config mapping or any object with these attributes.
-
-        Keys of a mapping that are not sampler settings (say ``num_workers``) are ignored.
-        """
-        if isinstance(batching, cls):
-            return batching
-        names = [f.name for f in fields(cls)]
-        if isinstance(batching, Mapping):
-            values = {n: batching[n] for n in names if n in batching}
-        else:
-            values = {n: getattr(batching, n) for n in names if hasattr(batching, n)}
-        if "max_duration" not in values:
-            raise AsrflowError("batching.max_duration is required (seconds of audio per batch)")
-        return cls(**values)
 
 
 def _positive(x: Any) -> bool:
@@ -231,16 +171,7 @@ def make_sampler(
         warnings.filterwarnings("ignore", message=_EAGER_WARNING)
         try:
             return DynamicBucketingSampler(
-                cuts,
-                max_duration=b.max_duration,
-                num_buckets=b.num_buckets,
-                quadratic_duration=b.quadratic_duration,
-                shuffle=b.shuffle,
-                seed=b.seed,
-                buffer_size=b.buffer_size,
-                drop_last=b.drop_last,
-                world_size=world_size,
-                rank=rank,
+                cuts, **b.sampler_kwargs(), world_size=world_size, rank=rank
             )
         except AssertionError as exc:
             if "number of buckets" in str(exc):
@@ -271,8 +202,17 @@ def make_dataloader(
     if not isinstance(num_workers, int) or num_workers < 0:
         raise AsrflowError(f"num_workers must be a non-negative integer, got {num_workers!r}")
     sampler = make_sampler(cuts, batching, world_size=world_size, rank=rank)
+    dataset = AsrDataset(encoder, sample_rate=sample_rate)
+    return batch_loader(dataset, sampler, num_workers, pin_memory=pin_memory)
+
+
+def batch_loader(
+    dataset: AsrDataset, sampler: Any, num_workers: int = 0, *, pin_memory: bool = False
+) -> DataLoader:
+    """The DataLoader of every asrflow loader: ``sampler`` yields whole batches (CutSets) that
+    ``dataset`` turns into tensors; workers (``num_workers > 0``) live across epochs."""
     return DataLoader(
-        AsrDataset(encoder, sample_rate=sample_rate),
+        dataset,
         batch_size=None,
         sampler=sampler,
         num_workers=num_workers,

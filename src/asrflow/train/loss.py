@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from asrflow.errors import AsrflowError
-from asrflow.train.recipe import NORMALIZATIONS
+from asrflow.train.sections import NORMALIZATIONS
 
 
 def per_token(

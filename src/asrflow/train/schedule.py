@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.recipe import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
+from asrflow.train.sections import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
 
 if TYPE_CHECKING:
-    from asrflow.train.recipe import OptimConfig, Recipe
+    from asrflow.train.sections import OptimConfig, Recipe
 
 
 @dataclass

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from asrflow.train.recipe import Recipe, deep_merge, load_recipe, read_recipe_yaml
+from asrflow.train.mappings import deep_merge
+from asrflow.train.recipe import Recipe, load_recipe, read_recipe_yaml
 from asrflow.types import Pathlike
 
 
@@ -72,7 +73,7 @@ def spec_from_inputs(
     **extra: Any,
 ) -> RunSpec:
     """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``dev``, ``bpe_model``,
-    ``tokens``) and its recipe params (:func:`asrflow.layout.recipe_params`)."""
+    ``tokens``) and its recipe params (:func:`asrflow.runs.recipe_params`)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     return RunSpec(
         name=name,

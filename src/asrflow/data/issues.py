@@ -1,0 +1,70 @@
+"""What a validation check yields and is configured by: :class:`Issue` (one finding, naming the
+manifest line, the item and what to do) and :class:`ValidationConfig`, with the helpers the checks
+(:mod:`asrflow.data.checks`, :mod:`asrflow.data.audio_checks`) build their issues with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lhotse.cut import Cut
+
+from asrflow.data.cuts import origin
+from asrflow.types import Seconds
+
+Splits = Mapping[str, Sequence[Cut]]
+
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Settings of the validation rule (``corpora.<name>.validation`` in the config)."""
+
+    duration_tolerance: Seconds = 0.05
+    full_decode: bool = False
+    group_fields: tuple[str, ...] = ("speaker", "session")
+    allow_group_overlap: tuple[str, ...] = ()
+    threads: int = 16
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ValidationConfig:
+        d = dict(d)
+        for key in ("group_fields", "allow_group_overlap"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One finding: ``where`` is ``"<manifest>:<line>"`` (or a split name for split-wide ones)."""
+
+    severity: str  # "error" | "warning"
+    code: str
+    split: str
+    where: str
+    item: str
+    message: str
+    hint: str
+
+    def format(self) -> str:
+        return f"{self.where} [{self.split}] {self.item}: {self.message} -> {self.hint}"
+
+
+def _issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
+    return Issue(severity, code, split, origin(cut), f"utterance {cut.id}", message, hint)
+
+
+def audio_path(cut: Cut) -> str:
+    return str(cut.recording.sources[0].source)
+
+
+def _convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
+    return Issue("warning", code, split, split, "transcripts", message, hint)
+
+
+def _examples(cuts: Sequence[Cut]) -> str:
+    return ", ".join(origin(c) for c in cuts[:EXAMPLES])

@@ -1,0 +1,96 @@
+"""Batching settings: a recipe's ``batching:`` section and the sampler's arguments, one type.
+
+Torch-free: :mod:`asrflow.train.recipe` parses a recipe's section into :class:`Batching` while
+the DAG is built; :func:`asrflow.train.data.make_sampler` and the batch audit
+(:mod:`asrflow.train.audit`) turn it into Lhotse's ``DynamicBucketingSampler``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from asrflow.errors import AsrflowError
+from asrflow.types import Seconds
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Lhotse ``DynamicBucketingSampler`` settings (``batching:``); seconds per device.
+
+    - ``max_duration``: seconds of audio per batch (summed over its cuts, before padding);
+    - ``num_buckets``: duration buckets (at least 2); more buckets, less padding, less mixing;
+    - ``quadratic_duration``: when set, a cut counts as ``d + d**2 / quadratic_duration``
+      seconds, which evens out memory for attention models (15-40 for transformers);
+    - ``shuffle``/``seed``: reservoir shuffling, reproducible per seed and epoch;
+    - ``num_workers``: DataLoader processes that load the audio of the sampler's batches (the
+      sampler itself runs in the main process); not a sampler argument;
+    - ``buffer_size``: cuts held across the buckets (memory vs shuffling quality);
+    - ``drop_last``: drop incomplete batches at the end of a bucket.
+
+    Invalid values raise :class:`AsrflowError` naming ``batching.<key>``.
+    """
+
+    max_duration: Seconds = 60.0
+    num_buckets: int = 10
+    quadratic_duration: Seconds | None = None
+    shuffle: bool = True
+    seed: int = 0
+    num_workers: int = 1
+    buffer_size: int = 10000
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if not _positive(self.max_duration):
+            raise AsrflowError(
+                f"batching.max_duration must be a positive number of seconds, "
+                f"got {self.max_duration!r}"
+            )
+        if not _integer(self.num_buckets) or self.num_buckets < 2:
+            raise AsrflowError(
+                f"batching.num_buckets must be an integer >= 2 (Lhotse's bucketing sampler "
+                f"needs two buckets), got {self.num_buckets!r}"
+            )
+        if self.quadratic_duration is not None and not _positive(self.quadratic_duration):
+            raise AsrflowError(
+                f"batching.quadratic_duration must be a positive number of seconds or null, "
+                f"got {self.quadratic_duration!r}"
+            )
+        if not _integer(self.buffer_size) or self.buffer_size < 1:
+            raise AsrflowError(
+                f"batching.buffer_size must be a positive integer, got {self.buffer_size!r}"
+            )
+        for key in ("seed", "num_workers"):
+            value = getattr(self, key)
+            if not _integer(value) or value < 0:
+                raise AsrflowError(f"batching.{key} must be a non-negative integer, got {value!r}")
+
+    @classmethod
+    def coerce(cls, batching: Batching | Mapping[str, Any] | Any) -> Batching:
+        """Settings from a ``Batching``, a config mapping or any object with these attributes;
+        what none of them gives takes its default.
+
+        Keys of a mapping that are not batching settings are ignored.
+        """
+        if isinstance(batching, cls):
+            return batching
+        names = [f.name for f in fields(cls)]
+        if isinstance(batching, Mapping):
+            values = {n: batching[n] for n in names if n in batching}
+        else:
+            values = {n: getattr(batching, n) for n in names if hasattr(batching, n)}
+        return cls(**values)
+
+    def sampler_kwargs(self) -> dict[str, Any]:
+        """The ``DynamicBucketingSampler`` arguments: every setting but ``num_workers``."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "num_workers"}
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _integer(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -1,0 +1,182 @@
+"""What a run's Trainer is given: model, Lightning module, loaders, callbacks and loggers.
+
+:func:`build_trainer_parts` builds them for one rank from the run's spec and recipe (no training
+yet); :func:`load_train_cuts` is the first epoch's train cuts as the sampler sees them, which the
+batch audit samples too. :mod:`asrflow.train.runner` hands the parts to ``lightning.Trainer``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from asrflow.artifacts import CHECKPOINTS, checkpoint_pattern
+from asrflow.artifacts import LAST_CHECKPOINT as LAST
+from asrflow.data.cuts import load_cuts, text
+from asrflow.export.find import model_sample_rate
+from asrflow.text import TextNormalization, normalize
+from asrflow.train.recipe import Recipe, warmup_steps
+from asrflow.train.spec import RunSpec
+
+
+def train_corpora(spec: RunSpec) -> list[Any]:
+    """The run's train CutSets, one per corpus (eager; ``max_train_cuts`` applied)."""
+    sets = [load_cuts(p) for p in spec.train_cuts]
+    if spec.max_train_cuts is not None:
+        sets = [s.subset(first=min(spec.max_train_cuts, len(s))) for s in sets]
+    return [s.to_eager() for s in sets]
+
+
+def epoch_train_cuts(spec: RunSpec, recipe: Recipe, sets: Sequence[Any], epoch: int) -> Any:
+    """Epoch ``epoch``'s train cuts as the run's sampler sees them: the corpora mixed by
+    ``weights``, then speed-perturbed."""
+    from asrflow.train.data import mix_epoch, speed_perturb
+
+    if len(sets) == 1:
+        cuts = sets[0]
+    else:
+        cuts = mix_epoch(sets, spec.train_weights, epoch, seed=recipe.batching.seed)
+    return speed_perturb(cuts, recipe.augmentation.speed_perturb)
+
+
+def load_train_cuts(spec: RunSpec, recipe: Recipe) -> Any:
+    """The first epoch's train cuts (what the batch audit samples)."""
+    return epoch_train_cuts(spec, recipe, train_corpora(spec), 0)
+
+
+def build_trainer_parts(
+    spec: RunSpec, recipe: Recipe, work: Path, *, world_size: int = 1, rank: int = 0
+) -> dict[str, Any]:
+    """Model, module, data loaders, callbacks and loggers for a run (no training yet).
+
+    The train and dev samplers are sharded for ``rank`` of ``world_size`` processes (the
+    Trainer's ``use_distributed_sampler`` is off: Lhotse's samplers shard by batch)."""
+    import lightning as L
+
+    from asrflow.tokens import TokenEncoder
+    from asrflow.train.data import AsrDataset
+    from asrflow.train.init import apply_init
+    from asrflow.train.model import build_model
+    from asrflow.train.module import AsrModule
+
+    L.seed_everything(recipe.trainer.seed, workers=True)
+    if recipe.trainer.allow_tf32 and torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    norm = TextNormalization.from_dict(spec.normalization)
+    encoder = TokenEncoder(spec.bpe_model, spec.tokens, norm)
+    model, args = build_model(recipe.model, spec.tokens, spec.bpe_model)
+    init = apply_init(model, spec.init, tokens=spec.tokens) if spec.init else None
+
+    dataset = AsrDataset(encoder, sample_rate=model_sample_rate(args.frontend_conf))
+    loaders = _loaders(spec, recipe, dataset, world_size=world_size, rank=rank)
+    dev = loaders["dev_cuts"]
+    references = {c.id: normalize(text(c), norm) for c in dev}
+    diagnostics = _diagnostics(recipe, work, sorted(references), write_spikes=rank == 0)
+    module = AsrModule(model, recipe, encoder, references, diagnostics, loaders["train"].sampler)
+    return {
+        "module": module,
+        "args": args,
+        "train_loader": loaders["train"],
+        "dev_loader": loaders["dev"],
+        "callbacks": _checkpoint_callbacks(recipe, work),
+        "loggers": _loggers(work),
+        "diagnostics": diagnostics,
+        "num_train_cuts": loaders["num_train_cuts"],
+        "num_dev_cuts": len(dev),
+        "init": init,
+    }
+
+
+def _loaders(
+    spec: RunSpec, recipe: Recipe, dataset: Any, *, world_size: int, rank: int
+) -> dict[str, Any]:
+    """Train and dev loaders of this rank; the train sampler can skip the batches a resumed
+    run already saw (:class:`~asrflow.train.resume.SkippingSampler`)."""
+    from lhotse.dataset import SimpleCutSampler
+
+    from asrflow.train.data import EpochMixSampler, batch_loader, make_sampler
+    from asrflow.train.resume import SkippingSampler
+
+    sets = train_corpora(spec)
+    if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
+        epoch_cuts = functools.partial(epoch_train_cuts, spec, recipe, sets)
+        sampler = EpochMixSampler(epoch_cuts, recipe.batching, world_size=world_size, rank=rank)
+        train = sampler.cuts
+    else:
+        train = epoch_train_cuts(spec, recipe, sets, 0)
+        sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
+    dev = load_cuts(spec.dev_cuts)
+    if spec.max_dev_cuts is not None:
+        dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
+    dev_sampler = SimpleCutSampler(
+        dev,
+        max_duration=recipe.batching.max_duration,
+        shuffle=False,
+        world_size=world_size,
+        rank=rank,
+    )
+    workers = recipe.batching.num_workers
+    return {
+        "train": batch_loader(dataset, SkippingSampler(sampler), workers),
+        "dev": batch_loader(dataset, dev_sampler, 0),
+        "num_train_cuts": len(train),
+        "dev_cuts": dev,
+    }
+
+
+def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spikes: bool) -> Any:
+    from asrflow.train.diagnostics import Diagnostics
+
+    settings = recipe.diagnostics
+    return Diagnostics(
+        work / "diagnostics",
+        list(dev_ids)[: settings.num_decode_utterances],
+        spike_factor=settings.spike_factor,
+        spike_window=settings.spike_window,
+        spike_z=settings.spike_z,
+        spike_min_excess=settings.spike_min_excess,
+        speed_factors=recipe.augmentation.speed_perturb,
+        warmup_steps=warmup_steps(recipe.scheduler, recipe.trainer.max_steps),
+        blank_warning=settings.blank_warning_after_warmup,
+        write_spikes=write_spikes,  # rank 0 judges spikes (asrflow.train.diagnostics)
+    )
+
+
+def _checkpoint_callbacks(recipe: Recipe, work: Path) -> list[Any]:
+    """Top-k checkpoints per criterion, then ``last.ckpt``, then the learning-rate monitor."""
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    from asrflow.train.resume import AtomicModelCheckpoint, LastCheckpoint
+
+    ckpt_dir = work / CHECKPOINTS
+    callbacks: list[Any] = [
+        AtomicModelCheckpoint(
+            dirpath=ckpt_dir,
+            monitor=c.monitor,
+            mode=c.mode,
+            save_top_k=c.top_k,
+            filename=checkpoint_pattern(c.monitor),
+            auto_insert_metric_name=False,
+        )
+        for c in recipe.criteria
+    ]
+    callbacks.append(LastCheckpoint(ckpt_dir / LAST))  # after the top-k callbacks: see its doc
+    callbacks.append(LearningRateMonitor(logging_interval="step"))
+    return callbacks
+
+
+def _loggers(work: Path) -> list[Any]:
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from asrflow.train.resume import ResumableCSVLogger
+
+    resuming = (work / CHECKPOINTS / LAST).is_file()
+    return [
+        ResumableCSVLogger(work, name="csv", version="", resuming=resuming),
+        TensorBoardLogger(work, name="tensorboard", version=""),
+    ]

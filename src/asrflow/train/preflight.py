@@ -1,0 +1,90 @@
+"""The two jobs before a long training run: the batch audit (the recipe's sampler over the
+train cuts, no model) and the smoke run (a few steps, a validation, an export decoded by ESPnet's
+``Speech2Text``), so that a manifest, tokenizer, model or export mismatch fails in a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from asrflow.artifacts import CHECKPOINTS
+from asrflow.artifacts import LAST_CHECKPOINT as LAST
+from asrflow.data.cuts import load_cuts
+from asrflow.errors import AsrflowError
+from asrflow.export.find import model_sample_rate
+from asrflow.io import write_json
+from asrflow.text import TextNormalization
+from asrflow.train.parts import load_train_cuts
+from asrflow.train.recipe import AUDIT_SECTIONS, recipe_sections
+from asrflow.train.runner import train_run
+from asrflow.train.spec import RunSpec, spec_recipe_data
+from asrflow.types import Pathlike
+
+
+def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
+    """The batch audit of a run: its recipe's sampler over its train cuts, no model, no audio."""
+    import tempfile
+
+    from asrflow.data.cuts import save_cuts
+    from asrflow.train.audit import audit_batches
+
+    recipe = recipe_sections(spec_recipe_data(spec), AUDIT_SECTIONS)
+    with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
+        cuts_path = spec.train_cuts[0]
+        if len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:
+            cuts_path = Path(tmp) / "train.jsonl.gz"
+            save_cuts(load_train_cuts(spec, recipe), cuts_path)
+        return audit_batches(
+            cuts_path,
+            spec.bpe_model,
+            spec.tokens,
+            TextNormalization.from_dict(spec.normalization),
+            recipe.batching,
+            recipe.loss.normalization,
+            out_json,
+            out_png,
+            out_txt,
+        )
+
+
+def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict[str, Any]:
+    """Train a few steps on a handful of utterances, validate, export the last checkpoint as a
+    package and decode dev audio with ESPnet's ``Speech2Text`` from it: a manifest, tokenizer,
+    model or export mismatch fails here in a minute. Starts from scratch every time."""
+    from asrflow.export.package import export_package, load_speech2text
+
+    work = Path(work_dir)
+    if work.exists():
+        shutil.rmtree(work)
+    out = work / "out"
+    summary = train_run(spec, work / "train", out, work / "summary.json")
+    if summary["status"] != "completed":
+        raise AsrflowError(
+            f"smoke run of {spec.name} failed ({summary['failure']}): {summary['error']}"
+        )
+    transcripts = sorted((out / "diagnostics" / "transcripts").glob("step*.txt"))
+    if not transcripts:
+        raise RuntimeError("smoke run: the validation wrote no transcripts")
+    summary["transcripts"] = transcripts[-1].read_text(encoding="utf-8")
+    espnet_args = json.loads((out / "espnet_config.json").read_text(encoding="utf-8"))
+    export_package(
+        state_dict_or_checkpoint=out / CHECKPOINTS / LAST,
+        espnet_args=espnet_args,
+        bpe_model=spec.bpe_model,
+        tokens_txt=spec.tokens,
+        out_dir=work / "package",
+        artifact="smoke",
+    )
+    speech2text = load_speech2text(work / "package")
+    dev = load_cuts(spec.dev_cuts)
+    dev = dev.subset(first=min(spec.max_dev_cuts or 2, len(dev)))
+    rate = model_sample_rate(espnet_args.get("frontend_conf"))
+    summary["export_decode"] = {
+        cut.id: speech2text(cut.resample(rate).load_audio()[0])[0][0] for cut in dev
+    }
+    write_json(summary_path, summary)
+    shutil.rmtree(work)
+    return summary
