@@ -204,7 +204,8 @@ def test_a_disk_that_fills_during_export_publishes_nothing(trained, tmp_path):
     setup = f"""
         import json
         from pathlib import Path
-        from asrflow.export.package import build_espnet_model, export_package
+        from asrflow.export.espnet_model import build_espnet_model
+        from asrflow.export.package import export_package
         args = json.loads(Path({str(args)!r}).read_text())
     """
     code = f"""

@@ -73,93 +73,111 @@ def check_audio(
         for cut in cuts:
             path = audio_path(cut)
             info = infos[path]
-            if isinstance(info, Exception):
-                if isinstance(info, NonFiniteAudio):
-                    what = str(info)
-                elif not Path(path).exists():
-                    what = "does not exist"
-                else:
-                    what = f"cannot be read: {info}"
-                yield _issue(
-                    "error",
-                    "audio_unreadable",
-                    split,
-                    cut,
-                    f"audio {path} {what}",
-                    "fix the path or the file, or remove the line",
-                )
+            if _bad_audio(info):
+                yield _bad_audio_issue(split, cut, path, info)
                 continue
-            if info.header_samples is not None:
-                yield _issue(
-                    "error",
-                    "audio_truncated",
-                    split,
-                    cut,
-                    f"audio {path} is truncated: its header says {info.header_samples} frames, "
-                    f"the file holds {info.num_samples}",
-                    "the file is damaged (an interrupted copy or download?), not the manifest "
-                    "line: copy it again from its source, or remove the line",
-                )
-                continue
-            if not info.num_samples:
-                yield _issue(
-                    "error",
-                    "audio_empty",
-                    split,
-                    cut,
-                    f"audio {path} holds no samples (a header only)",
-                    "the file is damaged or was never written, not the manifest line: replace "
-                    "it from its source, or remove the line",
-                )
-                continue
-            expected = sampling_rate or cut.sampling_rate
-            if info.sampling_rate != expected:
-                if sampling_rate:
-                    said = f"corpora.{corpus}.sampling_rate declares {sampling_rate} Hz"
-                    hint = (
-                        f"resample the file to {sampling_rate} Hz (e.g. `sox in.wav -r "
-                        f"{sampling_rate} out.wav`), or remove sampling_rate from corpora."
-                        f"{corpus} to accept several rates (each file is resampled to the "
-                        "model's rate when loaded)"
-                    )
-                else:
-                    said = f"the manifest reads it as {cut.sampling_rate} Hz"
-                    hint = (
-                        f"declare corpora.{corpus}.sampling_rate: {info.sampling_rate} if that "
-                        "is the corpus's rate (a Kaldi data dir is read at the declared rate, "
-                        f"16000 Hz when none is), or resample the file to {cut.sampling_rate} Hz"
-                    )
-                yield _issue(
-                    "error",
-                    "sampling_rate",
-                    split,
-                    cut,
-                    f"audio {path} is {info.sampling_rate} Hz but {said}",
-                    hint,
-                )
-            actual = info.duration
-            if not field(cut, SEGMENT):
-                if abs(cut.duration - actual) > tol:
-                    yield _issue(
-                        "error",
-                        "duration_mismatch",
-                        split,
-                        cut,
-                        f"declared duration {cut.duration:.3f} s but the audio lasts "
-                        f"{actual:.3f} s (tolerance {tol} s)",
-                        "correct the duration (or give an offset for a segment)",
-                    )
-            elif cut.start + cut.duration > actual + tol:
-                yield _issue(
-                    "error",
-                    "segment_outside",
-                    split,
-                    cut,
-                    f"offset {cut.start:.3f} s + duration {cut.duration:.3f} s = "
-                    f"{cut.start + cut.duration:.3f} s lies beyond the end of the audio "
-                    f"({actual:.3f} s)",
-                    "correct offset/duration or the audio path",
-                )
+            if info.sampling_rate != (sampling_rate or cut.sampling_rate):
+                yield _sampling_rate_issue(split, cut, path, info, corpus, sampling_rate)
+            extent = _extent_issue(split, cut, info.duration, tol)
+            if extent is not None:
+                yield extent
+
+
+def _bad_audio_issue(split: str, cut: Cut, path: str, info: AudioInfo | Exception) -> Issue:
+    """The error for audio that :func:`_bad_audio` finds unreadable, truncated or empty."""
+    if isinstance(info, Exception):
+        if isinstance(info, NonFiniteAudio):
+            what = str(info)
+        elif not Path(path).exists():
+            what = "does not exist"
+        else:
+            what = f"cannot be read: {info}"
+        return _issue(
+            "error",
+            "audio_unreadable",
+            split,
+            cut,
+            f"audio {path} {what}",
+            "fix the path or the file, or remove the line",
+        )
+    if info.header_samples is not None:
+        return _issue(
+            "error",
+            "audio_truncated",
+            split,
+            cut,
+            f"audio {path} is truncated: its header says {info.header_samples} frames, "
+            f"the file holds {info.num_samples}",
+            "the file is damaged (an interrupted copy or download?), not the manifest "
+            "line: copy it again from its source, or remove the line",
+        )
+    return _issue(
+        "error",
+        "audio_empty",
+        split,
+        cut,
+        f"audio {path} holds no samples (a header only)",
+        "the file is damaged or was never written, not the manifest line: replace "
+        "it from its source, or remove the line",
+    )
+
+
+def _sampling_rate_issue(
+    split: str, cut: Cut, path: str, info: AudioInfo, corpus: str, sampling_rate: int | None
+) -> Issue:
+    """The audio's rate differs from the declared ``sampling_rate``, else from the manifest's."""
+    if sampling_rate:
+        said = f"corpora.{corpus}.sampling_rate declares {sampling_rate} Hz"
+        hint = (
+            f"resample the file to {sampling_rate} Hz (e.g. `sox in.wav -r "
+            f"{sampling_rate} out.wav`), or remove sampling_rate from corpora."
+            f"{corpus} to accept several rates (each file is resampled to the "
+            "model's rate when loaded)"
+        )
+    else:
+        said = f"the manifest reads it as {cut.sampling_rate} Hz"
+        hint = (
+            f"declare corpora.{corpus}.sampling_rate: {info.sampling_rate} if that "
+            "is the corpus's rate (a Kaldi data dir is read at the declared rate, "
+            f"16000 Hz when none is), or resample the file to {cut.sampling_rate} Hz"
+        )
+    return _issue(
+        "error",
+        "sampling_rate",
+        split,
+        cut,
+        f"audio {path} is {info.sampling_rate} Hz but {said}",
+        hint,
+    )
+
+
+def _extent_issue(split: str, cut: Cut, actual: float, tol: float) -> Issue | None:
+    """A whole file's declared duration differs from the audio's ``actual`` one, or a segment
+    ends beyond it (more than ``tol`` seconds either way)."""
+    if not field(cut, SEGMENT):
+        if abs(cut.duration - actual) > tol:
+            return _issue(
+                "error",
+                "duration_mismatch",
+                split,
+                cut,
+                f"declared duration {cut.duration:.3f} s but the audio lasts "
+                f"{actual:.3f} s (tolerance {tol} s)",
+                "correct the duration (or give an offset for a segment)",
+            )
+        return None
+    if cut.start + cut.duration > actual + tol:
+        return _issue(
+            "error",
+            "segment_outside",
+            split,
+            cut,
+            f"offset {cut.start:.3f} s + duration {cut.duration:.3f} s = "
+            f"{cut.start + cut.duration:.3f} s lies beyond the end of the audio "
+            f"({actual:.3f} s)",
+            "correct offset/duration or the audio path",
+        )
+    return None
 
 
 def check_sampling_rates(

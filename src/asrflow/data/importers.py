@@ -26,10 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from lhotse import CutSet, MonoCut
+from lhotse.cut import Cut
 from lhotse.kaldi import load_kaldi_data_dir
 
 from asrflow.data.audio import AudioInfo, read_audio_infos
 from asrflow.data.cuts import ORIGIN, SEGMENT, make_cut
+from asrflow.data.manifest_text import (
+    BOM,
+    ENCODING_HINT,
+    _hint,
+    _problem,
+    _raise_problems,
+    read_text_lines,
+)
 from asrflow.errors import AsrflowError
 from asrflow.types import Hz, Pathlike
 
@@ -38,66 +47,6 @@ log = logging.getLogger(__name__)
 NEMO_REQUIRED = ("audio_filepath", "duration", "text")
 NEMO_RESERVED = ("audio_filepath", "duration", "text", "offset")
 ID_KEYS = ("utt_id", "id", "utterance_id")
-MAX_LISTED = 20
-
-
-def _problem(location: str, message: str) -> str:
-    return f"{location}: {message}"
-
-
-BOM = "\ufeff"
-ENCODING_HINT = (
-    "Manifests must be UTF-8: convert the file from its real encoding, e.g. "
-    "`iconv -f latin1 -t utf-8 old > new` (check with `file -i`)."
-)
-
-
-def read_text_lines(path: Path, problems: list[str]) -> list[tuple[int, str]]:
-    """``(line number, text)`` of every line of a UTF-8 text file, numbered from 1.
-
-    A line that is not UTF-8 is left out and added to ``problems`` naming its line, column and
-    byte. A leading UTF-8 byte-order mark (Windows editors write one) is dropped with a warning.
-    """
-    lines: list[tuple[int, str]] = []
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                column = len(raw[: exc.start].decode("utf-8", errors="replace")) + 1
-                problems.append(
-                    _problem(
-                        f"{path}:{lineno}",
-                        f"not UTF-8: byte 0x{raw[exc.start]:02x} at column {column}",
-                    )
-                )
-                continue
-            if lineno == 1 and line.startswith(BOM):
-                log.warning(
-                    "%s starts with a UTF-8 byte-order mark (BOM); ignoring it (save the file "
-                    "as UTF-8 without BOM to silence this)",
-                    path,
-                )
-                line = line[len(BOM) :]
-            lines.append((lineno, line))
-    return lines
-
-
-def _hint(problems: list[str], hint: str) -> str:
-    """``hint``, with how to fix the encoding when a problem is one."""
-    if any(": not UTF-8: " in p for p in problems):
-        return f"{hint}\n{ENCODING_HINT}"
-    return hint
-
-
-def _raise_problems(kind: str, source: Pathlike, problems: list[str], hint: str) -> None:
-    if not problems:
-        return
-    listed = "\n".join(f"  {p}" for p in problems[:MAX_LISTED])
-    more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
-    raise AsrflowError(
-        f"cannot import {kind} {source}: {len(problems)} bad line(s)\n{listed}{more}\n{hint}"
-    )
 
 
 def _cut(*, info: AudioInfo, **kwargs: Any) -> MonoCut:
@@ -144,8 +93,45 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
     """
     manifest = Path(manifest)
     base = manifest.parent.resolve()
-    audio_path = _manifest_audio_paths(base)
     problems: list[str] = []
+    rows = _nemo_rows(manifest, _manifest_audio_paths(base), problems)
+    _raise_problems(
+        "NeMo manifest",
+        manifest,
+        problems,
+        _hint(
+            problems,
+            "Fix these lines (each must be a JSON object with audio_filepath, duration "
+            "and text) or remove them.",
+        ),
+    )
+
+    infos = read_audio_infos((audio for _, _, audio in rows), threads=threads)
+    cuts: list[MonoCut] = []
+    for lineno, row, audio in rows:
+        info = infos[audio]
+        where = f"{manifest}:{lineno}"
+        if isinstance(info, Exception):
+            reason = "does not exist" if not Path(audio).exists() else f"cannot be opened ({info})"
+            problems.append(_problem(where, f"audio {audio} {reason}"))
+            continue
+        cuts.append(_nemo_cut(row, audio, info, where))
+    _raise_problems(
+        "NeMo manifest",
+        manifest,
+        problems,
+        "Audio paths are resolved relative to the manifest's own directory "
+        f"({base}). Fix the paths or remove the lines.",
+    )
+    log.info("imported %d utterances from %s", len(cuts), manifest)
+    return cuts
+
+
+def _nemo_rows(
+    manifest: Path, audio_path: Callable[[str], str], problems: list[str]
+) -> list[tuple[int, dict[str, Any], str]]:
+    """``(line number, row, audio path)`` of every well-formed line of a NeMo manifest; each
+    other non-blank line is added to ``problems``."""
     rows: list[tuple[int, dict[str, Any], str]] = []
     for lineno, line in read_text_lines(manifest, problems):
         if not line.strip():
@@ -170,56 +156,30 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
             problems.append(_problem(where, "duration/offset must be numbers"))
             continue
         rows.append((lineno, row, audio_path(str(row["audio_filepath"]))))
-    _raise_problems(
-        "NeMo manifest",
-        manifest,
-        problems,
-        _hint(
-            problems,
-            "Fix these lines (each must be a JSON object with audio_filepath, duration "
-            "and text) or remove them.",
-        ),
-    )
+    return rows
 
-    infos = read_audio_infos((audio for _, _, audio in rows), threads=threads)
-    cuts: list[MonoCut] = []
-    for lineno, row, audio in rows:
-        info = infos[audio]
-        where = f"{manifest}:{lineno}"
-        if isinstance(info, Exception):
-            reason = "does not exist" if not Path(audio).exists() else f"cannot be opened ({info})"
-            problems.append(_problem(where, f"audio {audio} {reason}"))
-            continue
-        offset = float(row.get("offset", 0.0) or 0.0)
-        utt_id = next((str(row[k]) for k in ID_KEYS if row.get(k) not in (None, "")), None)
-        if utt_id is None:
-            utt_id = Path(audio).stem + (f"-{round(offset * 1000):08d}" if offset else "")
-        custom = {k: v for k, v in row.items() if k not in NEMO_RESERVED and k != "speaker"}
-        custom[ORIGIN] = where
-        if "offset" in row:
-            custom[SEGMENT] = True
-        speaker = row.get("speaker")
-        cuts.append(
-            _cut(
-                utt_id=utt_id,
-                audio=audio,
-                info=info,
-                offset=offset,
-                duration=float(row["duration"]),
-                text="" if row["text"] is None else str(row["text"]),
-                speaker=None if speaker is None else str(speaker),
-                custom=custom,
-            )
-        )
-    _raise_problems(
-        "NeMo manifest",
-        manifest,
-        problems,
-        "Audio paths are resolved relative to the manifest's own directory "
-        f"({base}). Fix the paths or remove the lines.",
+
+def _nemo_cut(row: dict[str, Any], audio: str, info: AudioInfo, where: str) -> MonoCut:
+    """The cut of one NeMo manifest line (``where``) whose audio could be read."""
+    offset = float(row.get("offset", 0.0) or 0.0)
+    utt_id = next((str(row[k]) for k in ID_KEYS if row.get(k) not in (None, "")), None)
+    if utt_id is None:
+        utt_id = Path(audio).stem + (f"-{round(offset * 1000):08d}" if offset else "")
+    custom = {k: v for k, v in row.items() if k not in NEMO_RESERVED and k != "speaker"}
+    custom[ORIGIN] = where
+    if "offset" in row:
+        custom[SEGMENT] = True
+    speaker = row.get("speaker")
+    return _cut(
+        utt_id=utt_id,
+        audio=audio,
+        info=info,
+        offset=offset,
+        duration=float(row["duration"]),
+        text="" if row["text"] is None else str(row["text"]),
+        speaker=None if speaker is None else str(speaker),
+        custom=custom,
     )
-    log.info("imported %d utterances from %s", len(cuts), manifest)
-    return cuts
 
 
 KALDI_TABLES = (
@@ -285,21 +245,7 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
     tables = _read_kaldi_tables(data_dir, problems)
     _raise_problems("Kaldi data dir", data_dir, problems, ENCODING_HINT)
     scp_lines = _line_numbers(tables["wav.scp"])
-    audio: dict[str, str] = {}
-    for lineno, line in tables["wav.scp"]:
-        parts = line.split(maxsplit=1)
-        if not parts:
-            continue
-        if len(parts) < 2:
-            problems.append(_problem(f"{wav_scp}:{lineno}", "expected '<recording-id> <path>'"))
-        elif parts[1].rstrip().endswith("|"):
-            problems.append(
-                _problem(
-                    f"{wav_scp}:{lineno}", f"recording {parts[0]} is a pipe command, not a file"
-                )
-            )
-        else:
-            audio[parts[0]] = parts[1].strip()
+    audio = _wav_scp_audio(wav_scp, tables["wav.scp"], problems)
     infos = read_audio_infos(audio.values(), threads=threads)
     problems += [
         _problem(
@@ -328,31 +274,63 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
     cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
     if supervisions is not None:
         cuts = cuts.trim_to_supervisions(keep_overlapping=False)
-    out: list[MonoCut] = []
-    for cut in cuts:
-        sup = cut.supervisions[0] if cut.supervisions else None
-        utt_id = sup.id if sup is not None else cut.recording_id
-        line = text_lines.get(utt_id)
-        where = f"{data_dir / 'text'}:{line}" if line else f"{wav_scp}:{scp_lines.get(utt_id, '?')}"
-        audio = cut.recording.sources[0].source
-        rec = cut.recording
-        info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
-        out.append(
-            _cut(
-                utt_id=utt_id,
-                audio=audio,
-                info=info,
-                offset=cut.start,
-                duration=cut.duration,
-                text=(sup.text if sup is not None else "") or "",
-                speaker=sup.speaker if sup is not None else None,
-                custom={ORIGIN: where, SEGMENT: True}
-                if supervisions is not None
-                else {ORIGIN: where},
-            )
-        )
+    out = [
+        _kaldi_cut(cut, supervisions is not None, data_dir, text_lines, scp_lines) for cut in cuts
+    ]
     log.info("imported %d utterances from %s", len(out), data_dir)
     return out
+
+
+def _wav_scp_audio(
+    wav_scp: Path, lines: list[tuple[int, str]], problems: list[str]
+) -> dict[str, str]:
+    """Recording ID -> audio path of every line of wav.scp that names a file; each line that
+    does not (too short, a pipe command) is added to ``problems``."""
+    audio: dict[str, str] = {}
+    for lineno, line in lines:
+        parts = line.split(maxsplit=1)
+        if not parts:
+            continue
+        if len(parts) < 2:
+            problems.append(_problem(f"{wav_scp}:{lineno}", "expected '<recording-id> <path>'"))
+        elif parts[1].rstrip().endswith("|"):
+            problems.append(
+                _problem(
+                    f"{wav_scp}:{lineno}", f"recording {parts[0]} is a pipe command, not a file"
+                )
+            )
+        else:
+            audio[parts[0]] = parts[1].strip()
+    return audio
+
+
+def _kaldi_cut(
+    cut: Cut,
+    segmented: bool,
+    data_dir: Path,
+    text_lines: dict[str, int],
+    scp_lines: dict[str, int],
+) -> MonoCut:
+    """The asrflow cut of one Lhotse cut of a Kaldi data dir (``segmented``: the dir has
+    supervisions), its origin the line of ``text`` or else of ``wav.scp``."""
+    sup = cut.supervisions[0] if cut.supervisions else None
+    utt_id = sup.id if sup is not None else cut.recording_id
+    line = text_lines.get(utt_id)
+    wav_scp = data_dir / "wav.scp"
+    where = f"{data_dir / 'text'}:{line}" if line else f"{wav_scp}:{scp_lines.get(utt_id, '?')}"
+    audio = cut.recording.sources[0].source
+    rec = cut.recording
+    info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
+    return _cut(
+        utt_id=utt_id,
+        audio=audio,
+        info=info,
+        offset=cut.start,
+        duration=cut.duration,
+        text=(sup.text if sup is not None else "") or "",
+        speaker=sup.speaker if sup is not None else None,
+        custom={ORIGIN: where, SEGMENT: True} if segmented else {ORIGIN: where},
+    )
 
 
 def import_lhotse(manifest: Pathlike) -> list[MonoCut]:

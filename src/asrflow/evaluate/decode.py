@@ -44,13 +44,13 @@ import torch
 import yaml
 
 from asrflow.errors import AsrflowError
+from asrflow.export.espnet_model import build_espnet_model
 from asrflow.export.find import model_sample_rate
 from asrflow.export.package import (
     BPE_MODEL,
     CONFIG,
     MODEL,
     TOKENS,
-    build_espnet_model,
     load_speech2text,
     verify_package,
 )

@@ -33,6 +33,7 @@ from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
 from asrflow.evaluate.scoring import (
     SCORING_VERSION,
+    UtteranceScore,
     by_slice,
     contract_sha256,
     pooled,
@@ -94,7 +95,35 @@ def evaluate_artifact(
     audio_seconds = float(sum(len(a) for a in audio)) / sr
     hyps, decode_seconds = timed_transcribe(model, audio, sr, decoding.batch_seconds)
 
-    scores = [
+    scores = _score(cuts, hyps, contract, slice_fields)
+    write_utterances_csv(scores, utterances_csv)
+    write_alignments(
+        scores,
+        alignments_txt,
+        header=f"{run} {artifact} on {eval_set}; scoring contract {contract_sha256(contract)}",
+    )
+    summary: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": run,
+        "artifact": artifact,
+        "eval_set": eval_set,
+        **_what_was_measured(model, cuts_path, contract, scores, slice_fields),
+        **_how_it_was_decoded(model, decoding, word_lm_sha256, cuts),
+        **_timing(model, audio_seconds, decode_seconds, started),
+    }
+    write_json(summary_path, summary)
+    _log_summary(summary, len(scores), decoding.dtype)
+    return summary
+
+
+def _score(
+    cuts: Sequence[Any],
+    hyps: Sequence[str],
+    contract: TextNormalization,
+    slice_fields: Sequence[str],
+) -> list[UtteranceScore]:
+    """Each cut's hypothesis scored against its transcript, with its slice fields."""
+    return [
         score_utterance(
             c.id,
             text(c),
@@ -104,27 +133,35 @@ def evaluate_artifact(
         )
         for c, hyp in zip(cuts, hyps, strict=True)
     ]
-    write_utterances_csv(scores, utterances_csv)
-    write_alignments(
-        scores,
-        alignments_txt,
-        header=f"{run} {artifact} on {eval_set}; scoring contract {contract_sha256(contract)}",
-    )
-    totals = pooled(scores)
-    summary: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run": run,
-        "artifact": artifact,
-        "eval_set": eval_set,
+
+
+def _what_was_measured(
+    model: PackageModel,
+    cuts_path: Pathlike,
+    contract: TextNormalization,
+    scores: Sequence[UtteranceScore],
+    slice_fields: Sequence[str],
+) -> dict[str, Any]:
+    """The summary's hashes of the weights, eval cuts and contract, and the pooled and per-slice
+    error rates."""
+    return {
         "artifact_sha256": model.manifest["files"]["model.pth"],
         "package_files": dict(model.manifest["files"]),
         "eval_cuts_sha256": sha256_file(cuts_path),
         "contract": contract.to_dict(),
         "contract_sha256": contract_sha256(contract),
         "scoring_version": SCORING_VERSION,
-        **totals,
+        **pooled(scores),
         "slices": by_slice(scores, slice_fields),
         "empty_hypotheses": sum(1 for s in scores if not s.hyp_norm),
+    }
+
+
+def _how_it_was_decoded(
+    model: PackageModel, decoding: Decoding, word_lm_sha256: str | None, cuts: Sequence[Any]
+) -> dict[str, Any]:
+    """The summary's dtypes and decoding settings (with the word LM's out-of-vocabulary rate)."""
+    return {
         "dtype": decoding.dtype,
         "dtypes": model.dtypes,
         "autocast": False,
@@ -132,6 +169,14 @@ def evaluate_artifact(
         "word_lm_sha256": word_lm_sha256,
         **(out_of_vocabulary(cuts, model.word_lm.counts) if model.word_lm else {}),
         "decoding_sha256": decoding.sha256(word_lm_sha256),
+    }
+
+
+def _timing(
+    model: PackageModel, audio_seconds: float, decode_seconds: float, started: float
+) -> dict[str, Any]:
+    """The summary's durations, real-time factor, device and threads, and when it was made."""
+    return {
         "audio_seconds": audio_seconds,
         "decode_seconds": decode_seconds,
         "rtf": decode_seconds / audio_seconds if audio_seconds else None,
@@ -141,27 +186,29 @@ def evaluate_artifact(
         "threads": torch.get_num_threads(),
         "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_json(summary_path, summary)
+
+
+def _log_summary(summary: Mapping[str, Any], utterances: int, dtype: str) -> None:
+    """Log the summary's WER, CER and RTF; warn when lexicon_lm cannot output many words."""
     wer = summary.get("wer")
     log.info(
         "%s %s on %s: WER %s, CER %s over %d utterances (%s, RTF %.3f)",
-        run,
-        artifact,
-        eval_set,
+        summary["run"],
+        summary["artifact"],
+        summary["eval_set"],
         f"{100 * wer:.2f} %" if wer is not None else "n/a",
         f"{100 * summary['cer']:.2f} %" if summary.get("cer") is not None else "n/a",
-        len(scores),
-        decoding.dtype,
+        utterances,
+        dtype,
         summary["rtf"] or 0.0,
     )
     if (summary.get("oov_rate") or 0.0) > OOV_WARNING:
         log.warning(
             "%s: %.1f %% of the reference words are not in the run's train transcripts; "
             "lexicon_lm decoding cannot output them (decoding.mode greedy_ctc can)",
-            eval_set,
+            summary["eval_set"],
             100 * summary["oov_rate"],
         )
-    return summary
 
 
 OOV_WARNING = 0.02

@@ -40,7 +40,6 @@ held.
 from __future__ import annotations
 
 import argparse
-import copy
 import filecmp
 import importlib.metadata
 import json
@@ -55,8 +54,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
-from asrflow.checkpoints import LIGHTNING_PREFIX, read_model_state
+from asrflow.checkpoints import read_model_state
 from asrflow.errors import AsrflowError
+from asrflow.export.espnet_model import (
+    build_espnet_model,
+    check_state_dict,
+    espnet_config,
+    yaml_text,
+)
 from asrflow.hashing import sha256_file
 from asrflow.io import dumps_json, is_write_failure, write_failed
 from asrflow.tokens import TokenEncoder
@@ -75,16 +80,6 @@ TOKENS = "tokens.txt"
 MANIFEST = "package.json"
 FILES = (CONFIG, MODEL, BPE_MODEL, TOKENS)
 """The files whose SHA-256 ``package.json`` records (everything but itself)."""
-
-REQUIRED_KEYS = (
-    "init", "token_list", "token_type", "bpemodel", "input_size", "frontend", "frontend_conf",
-    "specaug", "normalize", "normalize_conf", "encoder", "encoder_conf", "ctc_conf", "model_conf",
-)  # fmt: skip
-"""Keys of ESPnet's arguments without which ``Speech2Text`` cannot rebuild the model."""
-
-VOLATILE_KEYS = ("config", "output_dir")
-"""Arguments that name the training run's temporary files; exported as null so that the same
-model gives the same config.yaml from any run. Rebuilding the model does not read them."""
 
 VERSIONED_PACKAGES = ("espnet", "torch", "sentencepiece")
 
@@ -127,37 +122,14 @@ def export_package(
     config = espnet_config(espnet_args, tokens, out / BPE_MODEL)
     config_text = yaml_text(config)
     model = build_espnet_model(yaml.safe_load(config_text))
-
-    state, source_format = read_model_state(source)
-    reference = model.state_dict()
-    check_state_dict(state, reference, source=source)
-    # the reference's key order, contiguous copies: the same weights always give the same bytes
-    weights = {
-        k: state[k].detach().cpu().clone(memory_format=torch.contiguous_format) for k in reference
-    }
+    weights, source_format = _checked_weights(source, model)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        (tmp / CONFIG).write_text(config_text, encoding="utf-8")
-        torch.save(weights, tmp / MODEL)
-        shutil.copyfile(bpe_model, tmp / BPE_MODEL)
-        shutil.copyfile(tokens_txt, tmp / TOKENS)
+        _write_files(tmp, config_text, weights, bpe_model, tokens_txt)
         _check_reload(tmp / MODEL, model)
-        manifest = {
-            "schema": SCHEMA,
-            "artifact": artifact,
-            "files": {name: sha256_file(tmp / name) for name in FILES},
-            "source": {
-                "path": str(source),
-                "sha256": sha256_file(source),
-                "format": source_format,
-            },
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            "ctc_only": is_ctc_only(config),
-            "versions": _versions(),
-            "provenance": dict(provenance or {}),
-        }
+        manifest = _manifest(tmp, artifact, source, source_format, model, config, provenance)
         (tmp / MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
         _publish(tmp, out)
     except Exception as exc:
@@ -180,116 +152,63 @@ def export_package(
     return manifest
 
 
-def espnet_config(
-    espnet_args: Mapping[str, Any] | argparse.Namespace,
-    tokens: list[str],
-    bpe_model: Path,
-) -> dict[str, Any]:
-    """ESPnet's training config for a package: plain YAML values, the token list inline,
-    ``bpemodel`` = ``bpe_model`` and :data:`VOLATILE_KEYS` nulled."""
-    raw = vars(espnet_args) if isinstance(espnet_args, argparse.Namespace) else espnet_args
-    config = {str(k): _plain(v, str(k)) for k, v in raw.items()}
-    missing = [k for k in REQUIRED_KEYS if k not in config]
-    if missing:
-        raise AsrflowError(
-            f"espnet_args lack {', '.join(map(repr, missing))}: ESPnet's Speech2Text cannot "
-            "rebuild the model without them; pass the full parsed ESPnet arguments "
-            "(build_model's second result or the run's espnet_config.json)"
-        )
-    trained = config["token_list"]
-    if isinstance(trained, list) and trained != tokens:
-        raise AsrflowError(
-            f"the token list the model was trained with ({len(trained)} tokens) differs from "
-            f"tokens.txt ({len(tokens)} tokens); export with the run's own tokenizer files"
-        )
-    config["token_list"] = list(tokens)
-    config["bpemodel"] = str(bpe_model)
-    for key in VOLATILE_KEYS:
-        if key in config:
-            config[key] = None
-    return config
+def _checked_weights(source: Path, model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], str]:
+    """The ESPnet weights in ``source``, checked against ``model`` (:func:`check_state_dict`),
+    and the source's format."""
+    state, source_format = read_model_state(source)
+    reference = model.state_dict()
+    check_state_dict(state, reference, source=source)
+    # the reference's key order, contiguous copies: the same weights always give the same bytes
+    weights = {
+        k: state[k].detach().cpu().clone(memory_format=torch.contiguous_format) for k in reference
+    }
+    return weights, source_format
 
 
-def yaml_text(config: Mapping[str, Any]) -> str:
-    """config.yaml as ESPnet writes it (no YAML aliases), with sorted keys for stable bytes."""
-    from espnet2.utils.yaml_no_alias_safe_dump import yaml_no_alias_safe_dump
-
-    return yaml_no_alias_safe_dump(dict(config), indent=4, sort_keys=True)
-
-
-def build_espnet_model(config: Mapping[str, Any]) -> torch.nn.Module:
-    """``ASRTask.build_model`` on a config mapping, as ``Speech2Text`` does it."""
-    from espnet2.tasks.asr import ASRTask
-
-    args = argparse.Namespace(**copy.deepcopy(dict(config)))
-    try:
-        with torch.random.fork_rng(devices=[]):  # initialisation draws leave the caller's RNG
-            return ASRTask.build_model(args)
-    except AttributeError as exc:
-        name = getattr(exc, "name", None)
-        if getattr(exc, "obj", None) is args and name:
-            raise AsrflowError(
-                f"espnet_args lack {name!r}, which ESPnet needs to build the model; pass the "
-                "full parsed ESPnet arguments"
-            ) from exc
-        raise
-
-
-def check_state_dict(
-    state: Mapping[str, torch.Tensor],
-    reference: Mapping[str, torch.Tensor],
-    *,
-    source: Pathlike = "<state dict>",
+def _write_files(
+    tmp: Path,
+    config_text: str,
+    weights: Mapping[str, torch.Tensor],
+    bpe_model: Pathlike,
+    tokens_txt: Pathlike,
 ) -> None:
-    """Raise unless ``state`` has exactly the keys of ``reference``, with the same shapes."""
-    for key in sorted(state):
-        if key not in reference:
-            hint = (
-                f"; it still carries the Lightning {LIGHTNING_PREFIX!r} prefix, so this is a "
-                "module's state dict saved without the checkpoint around it: export the "
-                "Lightning checkpoint itself"
-                if key.startswith(LIGHTNING_PREFIX) and key[len(LIGHTNING_PREFIX) :] in reference
-                else ""
-            )
-            raise AsrflowError(
-                f"{source}: key {key!r} is not in the model that the ESPnet arguments build "
-                f"({len(reference)} keys, e.g. {next(iter(reference))!r}){hint}"
-            )
-        want, got = tuple(reference[key].shape), tuple(state[key].shape)
-        if want != got:
-            raise AsrflowError(
-                f"{source}: key {key!r} has shape {list(got)}, the model built from the ESPnet "
-                f"arguments has {list(want)}; the checkpoint belongs to another model config"
-            )
-    missing = [k for k in reference if k not in state]
-    if missing:
-        raise AsrflowError(
-            f"{source}: the model built from the ESPnet arguments has {len(missing)} key(s) the "
-            f"checkpoint lacks, e.g. {missing[0]!r}; the checkpoint belongs to another model "
-            "config (ESPnet would silently keep random weights for them)"
-        )
+    """Write the package's :data:`FILES` into ``tmp``."""
+    (tmp / CONFIG).write_text(config_text, encoding="utf-8")
+    torch.save(weights, tmp / MODEL)
+    shutil.copyfile(bpe_model, tmp / BPE_MODEL)
+    shutil.copyfile(tokens_txt, tmp / TOKENS)
+
+
+def _manifest(
+    tmp: Path,
+    artifact: str,
+    source: Path,
+    source_format: str,
+    model: torch.nn.Module,
+    config: Mapping[str, Any],
+    provenance: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """``package.json`` for the files written in ``tmp``."""
+    return {
+        "schema": SCHEMA,
+        "artifact": artifact,
+        "files": {name: sha256_file(tmp / name) for name in FILES},
+        "source": {
+            "path": str(source),
+            "sha256": sha256_file(source),
+            "format": source_format,
+        },
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "ctc_only": is_ctc_only(config),
+        "versions": _versions(),
+        "provenance": dict(provenance or {}),
+    }
 
 
 def is_ctc_only(config: Mapping[str, Any]) -> bool:
     """True when the model decodes with CTC alone (no decoder, or model_conf.ctc_weight 1)."""
     model_conf = config.get("model_conf") or {}
     return config.get("decoder") in (None, "none") or model_conf.get("ctc_weight") == 1.0
-
-
-def _plain(value: Any, key: str) -> Any:
-    """``value`` as YAML-safe plain data (tuples as lists), or an error naming ``key``."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, f"{key}.{k}") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    raise AsrflowError(
-        f"espnet_args: {key!r} is a {type(value).__name__} ({value!r}), which config.yaml "
-        "cannot hold"
-    )
 
 
 def _check_reload(model_file: Path, model: torch.nn.Module) -> None:

@@ -123,21 +123,7 @@ def plot_slice_wer(
     comparable.
     """
     table = summaries if isinstance(summaries, pd.DataFrame) else slice_table(summaries)
-    if eval_set is not None:
-        table = table[table["eval_set"] == eval_set]
-    sets = sorted(table["eval_set"].dropna().unique())
-    if len(sets) > 1:
-        raise AsrflowError(
-            f"slice plot: results of several eval sets ({', '.join(sets)}); pick one with eval_set"
-        )
-    name = sets[0] if sets else (eval_set or "")
-    dup = table.duplicated(["run", "artifact", "field", "value"])
-    if dup.any():
-        first = table[dup].iloc[0]
-        raise AsrflowError(
-            f"slice plot of {name}: {first['run']}/{first['artifact']} appears more than once; "
-            "pass one eval summary per model (current results only)"
-        )
+    table, name = _one_eval_set(table, eval_set)
     fields = sorted(table["field"].unique())
     contracts = table["contract_sha256"].dropna().unique() if "contract_sha256" in table else []
 
@@ -154,29 +140,55 @@ def plot_slice_wer(
         f"{r}/{a}" if models["run"].nunique() > 1 else str(a)
         for r, a in models.itertuples(index=False)
     ]
-    width = 0.8 / max(len(models), 1)
     for ax, field in zip(axes, fields, strict=True):
-        part = table[table["field"] == field]
-        values = sorted(part["value"].astype(str).unique())
-        x = np.arange(len(values))
-        for i, ((run, artifact), label) in enumerate(
-            zip(models.itertuples(index=False), labels, strict=True)
-        ):
-            rows = part[(part["run"] == run) & (part["artifact"] == artifact)]
-            wer = rows.set_index(rows["value"].astype(str))["wer"].reindex(values)
-            ax.bar(
-                x + (i - (len(models) - 1) / 2) * width, 100 * wer.to_numpy(), width, label=label
-            )
-        if len(values) > 4:
-            ax.set_xticks(x, values, rotation=30, ha="right")
-        else:
-            ax.set_xticks(x, values)
-        ax.set_title(field)
-        ax.set_ylabel("WER %")
-        ax.grid(axis="y", alpha=0.3)
+        _slice_bars(ax, field, table[table["field"] == field], models, labels)
     axes[0].legend(fontsize="small")
     title = f"WER per slice: {name}"
     if len(contracts) > 1:
         title += f" (WARNING: {len(contracts)} scoring contracts, not comparable)"
     fig.suptitle(title)
     save_figure(fig, out_png)
+
+
+def _one_eval_set(table: pd.DataFrame, eval_set: str | None) -> tuple[pd.DataFrame, str]:
+    """The rows of ``eval_set`` (or all) and the eval set's name; an error when they cover
+    several eval sets or one model twice."""
+    if eval_set is not None:
+        table = table[table["eval_set"] == eval_set]
+    sets = sorted(table["eval_set"].dropna().unique())
+    if len(sets) > 1:
+        raise AsrflowError(
+            f"slice plot: results of several eval sets ({', '.join(sets)}); pick one with eval_set"
+        )
+    name = sets[0] if sets else (eval_set or "")
+    dup = table.duplicated(["run", "artifact", "field", "value"])
+    if dup.any():
+        first = table[dup].iloc[0]
+        raise AsrflowError(
+            f"slice plot of {name}: {first['run']}/{first['artifact']} appears more than once; "
+            "pass one eval summary per model (current results only)"
+        )
+    return table, name
+
+
+def _slice_bars(
+    ax: Axes, field: str, part: pd.DataFrame, models: pd.DataFrame, labels: Sequence[str]
+) -> None:
+    """The panel of slice ``field`` (its rows ``part``): a group of bars per value, one bar per
+    model (``labels``)."""
+    width = 0.8 / max(len(models), 1)
+    values = sorted(part["value"].astype(str).unique())
+    x = np.arange(len(values))
+    for i, ((run, artifact), label) in enumerate(
+        zip(models.itertuples(index=False), labels, strict=True)
+    ):
+        rows = part[(part["run"] == run) & (part["artifact"] == artifact)]
+        wer = rows.set_index(rows["value"].astype(str))["wer"].reindex(values)
+        ax.bar(x + (i - (len(models) - 1) / 2) * width, 100 * wer.to_numpy(), width, label=label)
+    if len(values) > 4:
+        ax.set_xticks(x, values, rotation=30, ha="right")
+    else:
+        ax.set_xticks(x, values)
+    ax.set_title(field)
+    ax.set_ylabel("WER %")
+    ax.grid(axis="y", alpha=0.3)

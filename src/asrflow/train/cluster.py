@@ -101,86 +101,98 @@ def detect_cluster(
     other ranks (environment ``lightning``).
     """
     env = os.environ if env is None else env
-    expected = devices * num_nodes
     if _torchelastic_detected(env):
-        world = env_int(env, "WORLD_SIZE", 1)
-        fix = f"use --nproc-per-node {devices} --nnodes {num_nodes}"
-        if world != expected:
-            raise AsrflowError(
-                f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
-                f"x {num_nodes} node(s) = {expected}; {fix}"
-            )
-        per_node = env_int(env, "LOCAL_WORLD_SIZE", devices)
-        if per_node != devices:
-            raise AsrflowError(
-                f"torchrun started {per_node} process(es) on this node (LOCAL_WORLD_SIZE) but the "
-                f"run trains on {devices} device(s) per node; {fix}"
-            )
-        return ClusterInfo(
-            environment="torchelastic",
-            world_size=world,
-            global_rank=env_int(env, "RANK", 0),
-            local_rank=env_int(env, "LOCAL_RANK", 0),
-            node_rank=env_int(env, "GROUP_RANK", 0),
-            num_nodes=num_nodes,
-            devices=devices,
-            job_id=_slurm_job_id(env),
-        )
+        return _torchelastic_cluster(devices, num_nodes, env)
     if _slurm_detected(env):
-        ntasks = env_int(env, "SLURM_NTASKS", 1)
-        per_node = env_int(env, "SLURM_NTASKS_PER_NODE", ntasks)
-        nnodes = env_int(env, "SLURM_NNODES", 1)
-        job = _slurm_job_id(env)
-        where = f"SLURM job {job}" if job else "this SLURM job"
-        fix = (
-            f"start it with one task per device: nodes={num_nodes} and ntasks-per-node={devices} "
-            f"(srun --nodes {num_nodes} --ntasks-per-node {devices}), or change the run's "
-            "resources (devices, nodes) to match the allocation"
-        )
-        if ntasks == 1 and expected > 1:
-            return _one_task_job(devices, num_nodes, nnodes, where, job, env)
-        if ntasks != expected:
-            raise AsrflowError(
-                f"{where} runs {ntasks} task(s) (SLURM_NTASKS) but the run trains on {devices} "
-                f"device(s) x {num_nodes} node(s) = {expected} processes; {fix}"
-            )
-        if expected > 1 and "SLURM_NTASKS_PER_NODE" not in env:
-            raise AsrflowError(
-                f"{where} runs {ntasks} tasks without SLURM_NTASKS_PER_NODE (the job was "
-                f"submitted with --ntasks only); {fix}"
-            )
-        if per_node != devices:
-            raise AsrflowError(
-                f"{where} runs {per_node} task(s) per node (SLURM_NTASKS_PER_NODE) but the run "
-                f"trains on {devices} device(s) per node; {fix}"
-            )
-        if nnodes != num_nodes:
-            raise AsrflowError(
-                f"{where} spans {nnodes} node(s) (SLURM_NNODES) but the run trains on "
-                f"{num_nodes}; {fix}"
-            )
-        return ClusterInfo(
-            environment="slurm",
-            world_size=ntasks,
-            global_rank=env_int(env, "SLURM_PROCID", 0),
-            local_rank=env_int(env, "SLURM_LOCALID", 0),
-            node_rank=env_int(env, "SLURM_NODEID", 0),
-            num_nodes=nnodes,
-            devices=per_node,
-            job_id=job,
-        )
+        return _slurm_cluster(devices, num_nodes, env)
     # Lightning's own launcher: this process is local rank 0 and starts the others, which it
     # marks with LOCAL_RANK (and NODE_RANK on other nodes)
     local = env_int(env, "LOCAL_RANK", 0)
     node = env_int(env, "NODE_RANK", env_int(env, "GROUP_RANK", 0))
     return ClusterInfo(
         environment="lightning",
-        world_size=expected,
+        world_size=devices * num_nodes,
         global_rank=node * devices + local,
         local_rank=local,
         node_rank=node,
         num_nodes=num_nodes,
         devices=devices,
+    )
+
+
+def _torchelastic_cluster(devices: int, num_nodes: int, env: Mapping[str, str]) -> ClusterInfo:
+    """The ranks ``torchrun`` set, once its process counts match the run's."""
+    expected = devices * num_nodes
+    world = env_int(env, "WORLD_SIZE", 1)
+    fix = f"use --nproc-per-node {devices} --nnodes {num_nodes}"
+    if world != expected:
+        raise AsrflowError(
+            f"torchrun started {world} process(es) but the run trains on {devices} device(s) "
+            f"x {num_nodes} node(s) = {expected}; {fix}"
+        )
+    per_node = env_int(env, "LOCAL_WORLD_SIZE", devices)
+    if per_node != devices:
+        raise AsrflowError(
+            f"torchrun started {per_node} process(es) on this node (LOCAL_WORLD_SIZE) but the "
+            f"run trains on {devices} device(s) per node; {fix}"
+        )
+    return ClusterInfo(
+        environment="torchelastic",
+        world_size=world,
+        global_rank=env_int(env, "RANK", 0),
+        local_rank=env_int(env, "LOCAL_RANK", 0),
+        node_rank=env_int(env, "GROUP_RANK", 0),
+        num_nodes=num_nodes,
+        devices=devices,
+        job_id=_slurm_job_id(env),
+    )
+
+
+def _slurm_cluster(devices: int, num_nodes: int, env: Mapping[str, str]) -> ClusterInfo:
+    """The ranks ``srun`` set, once the job's tasks match the run's devices and nodes (a job
+    with one task for several devices: :func:`_one_task_job`)."""
+    expected = devices * num_nodes
+    ntasks = env_int(env, "SLURM_NTASKS", 1)
+    per_node = env_int(env, "SLURM_NTASKS_PER_NODE", ntasks)
+    nnodes = env_int(env, "SLURM_NNODES", 1)
+    job = _slurm_job_id(env)
+    where = f"SLURM job {job}" if job else "this SLURM job"
+    fix = (
+        f"start it with one task per device: nodes={num_nodes} and ntasks-per-node={devices} "
+        f"(srun --nodes {num_nodes} --ntasks-per-node {devices}), or change the run's "
+        "resources (devices, nodes) to match the allocation"
+    )
+    if ntasks == 1 and expected > 1:
+        return _one_task_job(devices, num_nodes, nnodes, where, job, env)
+    if ntasks != expected:
+        raise AsrflowError(
+            f"{where} runs {ntasks} task(s) (SLURM_NTASKS) but the run trains on {devices} "
+            f"device(s) x {num_nodes} node(s) = {expected} processes; {fix}"
+        )
+    if expected > 1 and "SLURM_NTASKS_PER_NODE" not in env:
+        raise AsrflowError(
+            f"{where} runs {ntasks} tasks without SLURM_NTASKS_PER_NODE (the job was "
+            f"submitted with --ntasks only); {fix}"
+        )
+    if per_node != devices:
+        raise AsrflowError(
+            f"{where} runs {per_node} task(s) per node (SLURM_NTASKS_PER_NODE) but the run "
+            f"trains on {devices} device(s) per node; {fix}"
+        )
+    if nnodes != num_nodes:
+        raise AsrflowError(
+            f"{where} spans {nnodes} node(s) (SLURM_NNODES) but the run trains on "
+            f"{num_nodes}; {fix}"
+        )
+    return ClusterInfo(
+        environment="slurm",
+        world_size=ntasks,
+        global_rank=env_int(env, "SLURM_PROCID", 0),
+        local_rank=env_int(env, "SLURM_LOCALID", 0),
+        node_rank=env_int(env, "SLURM_NODEID", 0),
+        num_nodes=nnodes,
+        devices=per_node,
+        job_id=job,
     )
 
 

@@ -174,45 +174,18 @@ def apply_init(
     (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
     ``exclude``, ``reuse_tokenizer``.
     """
-    import torch
-
     cfg = InitConfig.from_dict(init_cfg)
     weights = find_weights(cfg.model)
     if cfg.reuse_tokenizer:
         if tokens is None:
             raise AsrflowError("init.reuse_tokenizer is true but no run token list was given")
         check_token_list(cfg.model, tokens)
-    digest = sha256_file(weights)
-    package = package_weights(Path(cfg.model)) if Path(cfg.model).is_dir() else None
-    if package is not None and package[2] != digest:
-        raise AsrflowError(
-            f"{weights}: its SHA-256 differs from the one in {package[0]}; the package was "
-            "modified after export, re-export it"
-        )
+    digest = _checked_digest(cfg, weights)
     state = load_model_state(weights)
-    selected, skipped = select_keys(state, cfg.include, cfg.exclude)
-    for pattern in cfg.include:
-        if not any(fnmatch.fnmatchcase(k, pattern) for k in state):
-            log.warning("init: include pattern %r matches no key of %s", pattern, weights)
-    if not selected:
-        raise AsrflowError(
-            f"init: no key of {weights} is selected by include {list(cfg.include)} and exclude "
-            f"{list(cfg.exclude)}; its keys start with {_prefixes(list(state))}"
-        )
+    selected, skipped = _select(state, cfg, weights)
     target = model.state_dict()
     check_fit(state, target, selected, cfg, weights)
-    chosen = {k: state[k] for k in selected}
-    result = model.load_state_dict(chosen, strict=False)
-    if result.unexpected_keys:  # checked above; here for safety
-        raise AsrflowError(f"init: the model did not take {result.unexpected_keys[:5]}")
-    loaded = model.state_dict()
-    for key in selected:
-        got = loaded[key]
-        if not torch.equal(got.detach().cpu(), state[key].to(dtype=got.dtype)):
-            raise AsrflowError(
-                f"init: {key!r} from {weights} did not arrive in the model (loaded tensor differs "
-                "from the file); the weights were not applied"
-            )
+    loaded = _load_selected(model, state, selected, weights)
     chosen_keys = set(selected)
     fresh = [k for k in loaded if k not in chosen_keys]
     record = {
@@ -241,3 +214,54 @@ def apply_init(
         _prefixes(fresh),
     )
     return record
+
+
+def _checked_digest(cfg: InitConfig, weights: Path) -> str:
+    """The SHA-256 of ``weights``; an error when a package records another one for them."""
+    digest = sha256_file(weights)
+    package = package_weights(Path(cfg.model)) if Path(cfg.model).is_dir() else None
+    if package is not None and package[2] != digest:
+        raise AsrflowError(
+            f"{weights}: its SHA-256 differs from the one in {package[0]}; the package was "
+            "modified after export, re-export it"
+        )
+    return digest
+
+
+def _select(
+    state: Mapping[str, Any], cfg: InitConfig, weights: Path
+) -> tuple[list[str], list[str]]:
+    """:func:`select_keys` with ``cfg``'s patterns, warning of an include pattern that matches
+    nothing; an error when no key is selected."""
+    selected, skipped = select_keys(state, cfg.include, cfg.exclude)
+    for pattern in cfg.include:
+        if not any(fnmatch.fnmatchcase(k, pattern) for k in state):
+            log.warning("init: include pattern %r matches no key of %s", pattern, weights)
+    if not selected:
+        raise AsrflowError(
+            f"init: no key of {weights} is selected by include {list(cfg.include)} and exclude "
+            f"{list(cfg.exclude)}; its keys start with {_prefixes(list(state))}"
+        )
+    return selected, skipped
+
+
+def _load_selected(
+    model: torch.nn.Module, state: Mapping[str, Any], selected: Sequence[str], weights: Path
+) -> dict[str, Any]:
+    """Load the ``selected`` tensors of ``state`` into ``model``, check that each arrived, and
+    return the model's state dict after loading."""
+    import torch
+
+    chosen = {k: state[k] for k in selected}
+    result = model.load_state_dict(chosen, strict=False)
+    if result.unexpected_keys:  # checked above; here for safety
+        raise AsrflowError(f"init: the model did not take {result.unexpected_keys[:5]}")
+    loaded = model.state_dict()
+    for key in selected:
+        got = loaded[key]
+        if not torch.equal(got.detach().cpu(), state[key].to(dtype=got.dtype)):
+            raise AsrflowError(
+                f"init: {key!r} from {weights} did not arrive in the model (loaded tensor differs "
+                "from the file); the weights were not applied"
+            )
+    return loaded

@@ -103,6 +103,29 @@ def _use_threads(name: str, job_threads: int, cluster: ClusterInfo) -> int:
     return threads
 
 
+def _launch(
+    name: str,
+    recipe: Recipe,
+    overrides: dict[str, Any],
+    threads: int | None,
+    summary: dict[str, Any],
+) -> tuple[dict[str, Any], ClusterInfo]:
+    """The Trainer's settings (the recipe's, the caller's over them; the CPU where no GPU is)
+    and where this process stands in the cluster; recorded in ``summary`` and the log."""
+    kwargs, fallback = cpu_fallback({**trainer_kwargs(recipe), **overrides})
+    cluster = detect_cluster(int(kwargs.get("devices", 1)), int(kwargs.get("num_nodes", 1)))
+    summary.update(
+        cluster=cluster.to_dict(),
+        accelerator=kwargs.get("accelerator"),
+        accelerator_fallback=fallback,
+    )
+    _log_cluster(name, cluster, kwargs)
+    if threads is not None:
+        _use_threads(name, threads, cluster)
+    _environment_plugins(cluster, kwargs)
+    return kwargs, cluster
+
+
 def _environment_plugins(cluster: ClusterInfo, kwargs: dict[str, Any]) -> None:
     """The strategy and cluster plugin Lightning gets for ``cluster`` (unless given)."""
     if cluster.world_size > 1:
@@ -178,18 +201,8 @@ def train_run(
     trainer: Any = None
     parts: dict[str, Any] | None = None
     try:
-        kwargs, fallback = cpu_fallback({**trainer_kwargs(recipe), **trainer_overrides})
-        cluster = detect_cluster(int(kwargs.get("devices", 1)), int(kwargs.get("num_nodes", 1)))
+        kwargs, cluster = _launch(spec.name, recipe, trainer_overrides, threads, summary)
         rank = cluster.global_rank
-        summary.update(
-            cluster=cluster.to_dict(),
-            accelerator=kwargs.get("accelerator"),
-            accelerator_fallback=fallback,
-        )
-        _log_cluster(spec.name, cluster, kwargs)
-        if threads is not None:
-            _use_threads(spec.name, threads, cluster)
-        _environment_plugins(cluster, kwargs)
         parts = build_trainer_parts(spec, recipe, work, world_size=cluster.world_size, rank=rank)
         if parts["init"] is not None:
             summary["init"] = parts["init"]
