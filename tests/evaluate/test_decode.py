@@ -109,6 +109,23 @@ def test_decoding_settings_are_checked():
     assert (d.dtype, d.mode, d.beam_size, d.device) == ("float32", "beam", 4, "auto")
 
 
+def test_the_schema_defaults_are_the_decoding_defaults():
+    """One set of defaults: what config.yaml leaves out decodes as the schema says."""
+    import dataclasses
+
+    import yaml
+
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "config/config.schema.yaml").read_text()
+    )
+    evaluation = schema["properties"]["evaluation"]["properties"]
+    defaults = {k: v["default"] for k, v in evaluation["decoding"]["properties"].items()}
+    defaults |= {k: evaluation[k]["default"] for k in ("dtype", "device", "batch_seconds")}
+    fields = {f.name: f.default for f in dataclasses.fields(Decoding)}
+    assert defaults == fields
+    assert decoding_from_config({}) == Decoding()
+
+
 def _eval_set(trained: Trained, directory: Path) -> Path:
     """The four training utterances as WAVs + cuts, with a slice field and messy references."""
     cuts = []

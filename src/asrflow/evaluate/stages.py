@@ -259,17 +259,26 @@ def evaluate_artifact_once(
     )
 
 
+_DECODING_KEYS = {
+    "mode": str,
+    "beam_size": int,
+    "ctc_weight": lambda value: value,  # as given: None, or a number kept as written
+    "lm_weight": float,
+    "word_score": float,
+    "beam_size_token": int,
+}
+_EVALUATION_KEYS = {"dtype": str, "device": str, "batch_seconds": float}
+
+
 def decoding_from_config(evaluation: Mapping[str, Any]) -> Decoding:
-    """:class:`Decoding` from the ``evaluation`` section of config.yaml."""
-    dec = dict(evaluation.get("decoding") or {})
-    return Decoding(
-        mode=dec.get("mode", "greedy_ctc"),
-        beam_size=int(dec.get("beam_size", 10)),
-        ctc_weight=dec.get("ctc_weight"),
-        lm_weight=float(dec.get("lm_weight", 0.5)),
-        word_score=float(dec.get("word_score", 2.0)),
-        beam_size_token=int(dec.get("beam_size_token", 20)),
-        dtype=evaluation.get("dtype", "bfloat16"),
-        device=evaluation.get("device", "auto"),
-        batch_seconds=float(evaluation.get("batch_seconds", 60.0)),
-    )
+    """:class:`Decoding` from the ``evaluation`` section of config.yaml. Keys it lacks keep
+    :class:`Decoding`'s defaults, which are the schema's (``tests/evaluate/test_decode.py``)."""
+    settings: dict[str, Any] = {}
+    for section, keys in (
+        (evaluation.get("decoding") or {}, _DECODING_KEYS),
+        (evaluation, _EVALUATION_KEYS),
+    ):
+        for key, cast in keys.items():
+            if section.get(key) is not None:
+                settings[key] = cast(section[key])
+    return Decoding(**settings)
