@@ -277,8 +277,16 @@ def run_completed(run):
 
 
 def report_inputs(wildcards):
-    """Train summaries of every run; evaluations, selections and plots of completed ones."""
-    inputs = {"train": [], "evaluations": [], "selected": [], "plots": [], "audits": []}
+    """Train summaries of every run; evaluations (summaries and per-utterance scores),
+    selections and plots of completed ones."""
+    inputs = {
+        "train": [],
+        "evaluations": [],
+        "utterances": [],
+        "selected": [],
+        "plots": [],
+        "audits": [],
+    }
     for run in config.get("runs", {}):
         inputs["train"].append(layout.run_file(run, "train", "summary.json"))
         inputs["audits"].append(layout.run_file(run, "audit", "batches.png"))
@@ -290,8 +298,11 @@ def report_inputs(wildcards):
             inputs["plots"].append(
                 layout.report_file("plots", run, f"{eval_set}.slices.png")
             )
-            inputs["evaluations"] += [
-                layout.eval_file(run, a, eval_set, "summary.json")
-                for a in runs.run_artifacts(config, run)
-            ]
+            for artifact in runs.run_artifacts(config, run):
+                inputs["evaluations"].append(
+                    layout.eval_file(run, artifact, eval_set, "summary.json")
+                )
+                inputs["utterances"].append(
+                    layout.eval_file(run, artifact, eval_set, "utterances.csv")
+                )
     return inputs

@@ -10,6 +10,7 @@ with step(snakemake) as s:
     build_report(
         train_summaries=snakemake.input.train,
         evaluations=snakemake.input.evaluations,
+        utterances=snakemake.input.utterances,
         selections=snakemake.input.selected,
         archive_dir=snakemake.params.archive,
         csv_path=snakemake.output.csv,

@@ -224,6 +224,16 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     chosen = table[table["selected"]]
     assert set(chosen["artifact"]) == {selected["selected"]}
     assert set(chosen["eval_set"]) == {"tiny.dev", "tiny.test"}
+    # issue 14: 95 % intervals of every figure, and each artifact against the selected one
+    assert (table["wer_ci_low"] <= table["wer"]).all()
+    assert (table["wer"] <= table["wer_ci_high"]).all()
+    assert table[["cer_ci_low", "cer_ci_high"]].notna().all().all()
+    reference = chosen.set_index("eval_set")["wer"]
+    assert table["wer_diff_vs_selected"].to_numpy() == pytest.approx(
+        (table["wer"] - table["eval_set"].map(reference)).to_numpy()
+    )
+    assert (chosen[["wer_diff_vs_selected", "wer_diff_vs_selected_ci_high"]] == 0).all().all()
+    assert (table["wer_diff_vs_selected_ci_low"] <= table["wer_diff_vs_selected"]).all()
     assert "tiny_ctc" in (trained / "results/report/comparison.md").read_text()
     plots = trained / "results/report/plots/tiny_ctc"
     for name in ("learning_curves.png", "tiny.dev.slices.png", "tiny.test.slices.png"):

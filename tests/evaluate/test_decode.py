@@ -172,6 +172,14 @@ def test_evaluate_artifact_writes_pooled_and_sliced_scores(package, trained, tmp
     assert summary["wer"] == pytest.approx(1 / 7)
     assert summary["slices"]["condition"]["clean"]["wer"] == 0
     assert summary["slices"]["condition"]["noisy"]["wer"] == pytest.approx(1 / 5)
+    # 95 % intervals (fractions, like wer) overall and per slice; the bootstrap recorded once
+    assert summary["wer_ci_low"] <= summary["wer"] <= summary["wer_ci_high"]
+    assert summary["cer_ci_low"] <= summary["cer"] <= summary["cer_ci_high"]
+    assert summary["interval"]["resamples"] == 1000 and summary["interval"]["seed"] == 0
+    clean = summary["slices"]["condition"]["clean"]
+    assert (clean["wer_ci_low"], clean["wer_ci_high"]) == (0.0, 0.0)  # no errors to resample
+    noisy = summary["slices"]["condition"]["noisy"]
+    assert noisy["wer_ci_low"] <= 1 / 5 <= noisy["wer_ci_high"] and "cer_ci_high" in noisy
     assert summary["contract_sha256"] == contract_sha256(contract)
     assert summary["scoring_version"] == SCORING_VERSION
     assert summary["dtypes"]["encoder"] == "bfloat16" and summary["autocast"] is False

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.archive import archive_eval_summary, archive_name, load_archive
+from asrflow.evaluate.intervals import difference_interval
+from asrflow.evaluate.scoring import score_utterance, write_utterances_csv
 from asrflow.report.comparison import (
     COLUMNS,
     NONE,
@@ -16,7 +20,10 @@ from asrflow.report.comparison import (
     data_fingerprint,
     slice_table,
 )
+from asrflow.report.differences import UtteranceErrors, read_utterance_errors
+from asrflow.report.stages import build_report
 from asrflow.report.tables import report_markdown, write_report_tables
+from asrflow.text import TextNormalization
 
 CONTRACT = "c" * 64
 OTHER_CONTRACT = "d" * 64
@@ -283,3 +290,134 @@ def test_rows_say_which_share_a_decode_and_which_code_changed_since():
     text = report_markdown(df)
     assert "same weights as r1/last: decoded once" in text
     assert "1 current row(s) were made by code that has changed since" in text
+
+
+# --- intervals and differences against the selected artifact (issue 14) -------------------------
+
+INTERVAL_COLUMNS = ["wer_ci_low", "wer_ci_high", "cer_ci_low", "cer_ci_high"]
+DIFF = ["wer_diff_vs_selected", "wer_diff_vs_selected_ci_low", "wer_diff_vs_selected_ci_high"]
+
+
+def _errors(word_errors, ref_words=None, ids=None) -> UtteranceErrors:
+    n = len(word_errors)
+    return UtteranceErrors(
+        ids=np.array(ids or [f"u{i:03d}" for i in range(n)], dtype=object),
+        word_errors=np.asarray(word_errors, dtype=np.int64),
+        ref_words=np.asarray(ref_words if ref_words is not None else [10] * n, dtype=np.int64),
+    )
+
+
+def _with_intervals(summary: dict, low: float, high: float) -> dict:
+    return {**summary, "wer_ci_low": low, "wer_ci_high": high, "cer_ci_low": 0.0,
+            "cer_ci_high": 0.02}  # fmt: skip
+
+
+def test_interval_columns_come_from_the_summaries_and_are_empty_without(inputs):
+    train, (last, best), selections, archived = inputs
+    evals = [_with_intervals(last, 0.21, 0.39), _with_intervals(best, 0.17, 0.33)]
+    df = comparison_table(train, evals, selections, archived)
+    assert list(df.columns[3:12]) == ["wer", "cer", *INTERVAL_COLUMNS, *DIFF]
+    row = df[(df["artifact"] == "last") & df["current"]].iloc[0]
+    assert (row["wer_ci_low"], row["wer_ci_high"], row["cer_ci_high"]) == (0.21, 0.39, 0.02)
+    # the failed run and the archived summary (written before intervals existed) have none
+    for other in (df[df["run"] == "broken"].iloc[0], df[~df["current"]].iloc[0]):
+        assert other[INTERVAL_COLUMNS].isna().all() and other[DIFF].isna().all()
+
+
+def test_each_artifact_against_the_selected_one_paired_by_utterance(inputs):
+    train, evals, selections, archived = inputs
+    rng = np.random.default_rng(0)
+    best_errors = rng.integers(0, 4, size=60)
+    last_errors = best_errors + rng.integers(0, 3, size=60)  # never better, often worse
+    order = rng.permutation(60)  # utterances.csv rows in another order: paired by ID
+    errors = {
+        ("good", "valid.wer.best", "demo.dev"): _errors(best_errors),
+        ("good", "last", "demo.dev"): _errors(last_errors[order], ids=[f"u{i:03d}" for i in order]),
+    }
+    df = comparison_table(train, evals, selections, archived, errors).set_index(
+        ["artifact", "current"]
+    )
+    expected = difference_interval(last_errors, best_errors, [10] * 60)
+    assert tuple(df.loc[("last", True), DIFF]) == pytest.approx(expected)
+    assert df.loc[("last", True), "wer_diff_vs_selected_ci_low"] > 0  # a significant loss
+    assert tuple(df.loc[("valid.wer.best", True), DIFF]) == (0.0, 0.0, 0.0)  # the selected
+    assert df.loc[("valid.wer.best", False), DIFF].isna().all()  # archived: no utterances
+
+
+def test_no_difference_across_contracts_cuts_or_other_utterances(inputs):
+    train, (last, best), selections, _ = inputs
+    errors = {
+        ("good", "valid.wer.best", "demo.dev"): _errors([1, 2, 3]),
+        ("good", "last", "demo.dev"): _errors([2, 2, 3]),
+    }
+    for changed in (
+        {"contract_sha256": OTHER_CONTRACT},
+        {"eval_cuts_sha256": sha("f")},
+    ):
+        df = comparison_table(train, [{**last, **changed}, best], selections, (), errors)
+        assert df.loc[df["artifact"] == "last", DIFF].isna().all().all(), changed
+    for other in (_errors([2, 2, 3], ids=["u000", "u001", "x"]), _errors([2, 2, 3], [9, 10, 10])):
+        df = comparison_table(
+            train, [last, best], selections, (), {**errors, ("good", "last", "demo.dev"): other}
+        )
+        assert df.loc[df["artifact"] == "last", DIFF].isna().all().all()
+    df = comparison_table(train, [last, best], {}, (), errors)  # no selection, no reference
+    assert df[DIFF].isna().all().all()
+
+
+def test_utterance_errors_are_read_by_id(tmp_path):
+    contract = TextNormalization()
+    scores = [
+        score_utterance("NA", "a b c", "a b", contract),
+        score_utterance("007", "x y", "x z w", contract),
+    ]
+    write_utterances_csv(scores, tmp_path / "utterances.csv")
+    got = read_utterance_errors(tmp_path / "utterances.csv")
+    assert list(got.ids) == ["007", "NA"]  # sorted; IDs stay text ("NA" is not missing)
+    assert list(got.word_errors) == [2, 1] and list(got.ref_words) == [2, 3]
+    write_utterances_csv([scores[0], scores[0]], tmp_path / "twice.csv")
+    with pytest.raises(AsrflowError, match="'NA' is listed more than once"):
+        read_utterance_errors(tmp_path / "twice.csv")
+
+
+def test_report_pairs_each_summary_with_its_utterances_csv(tmp_path, inputs):
+    train, (last, best), selections, _ = inputs
+    contract = TextNormalization()
+    refs = [f"w{i} x{i} y{i}" for i in range(40)]
+    hyps = {"last": [r if i % 3 else "w" for i, r in enumerate(refs)], "valid.wer.best": refs}
+    paths = {}
+    for summary in (last, best):
+        directory = tmp_path / "eval" / summary["artifact"] / "demo.dev"
+        directory.mkdir(parents=True)
+        scores = [
+            score_utterance(f"u{i}", r, h, contract)
+            for i, (r, h) in enumerate(zip(refs, hyps[summary["artifact"]], strict=True))
+        ]
+        write_utterances_csv(scores, directory / "utterances.csv")
+        wer, low, high = (42 / 120, 0.25, 0.45) if summary is last else (0.0, 0.0, 0.0)
+        figures = {**_with_intervals(summary, low, high), "wer": wer}
+        (directory / "summary.json").write_text(json.dumps(figures))
+        paths[summary["artifact"]] = directory
+    (tmp_path / "train.json").write_text(json.dumps(train["good"]))
+    (tmp_path / "selected.json").write_text(json.dumps(selections["good"]))
+    out = {k: tmp_path / f"comparison.{k}" for k in ("csv", "md", "html")}
+    build_report(
+        train_summaries=[tmp_path / "train.json"],
+        evaluations=[paths[a] / "summary.json" for a in ("last", "valid.wer.best")],
+        utterances=[paths[a] / "utterances.csv" for a in ("valid.wer.best", "last")],
+        selections=[tmp_path / "selected.json"],
+        archive_dir=None,
+        csv_path=out["csv"],
+        md_path=out["md"],
+        html_path=out["html"],
+    )
+    table = pd.read_csv(out["csv"]).set_index("artifact")
+    # last gets every third utterance wrong: "w" for "wN xN yN", 14 x 3 errors in 120 words
+    assert table.loc["last", "wer_diff_vs_selected"] == pytest.approx(42 / 120)
+    assert 0 < table.loc["last", "wer_diff_vs_selected_ci_low"] < 42 / 120
+    assert table.loc["valid.wer.best", DIFF].tolist() == [0.0, 0.0, 0.0]
+    assert table.loc["last", "wer_ci_low"] == 0.25
+    text = out["md"].read_text()
+    assert "| good | last | demo.dev | 35.00 [25.00, 45.00] | 1.00 [0.00, 2.00] | +35.00 [+" in text
+    assert "| +0.00 [+0.00, +0.00] |" in text and "paired interval" in text
+    assert "+35.00 [+" in out["html"].read_text()

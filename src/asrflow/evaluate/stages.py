@@ -5,8 +5,10 @@ Writes, for ``results/runs/<run>/eval/<artifact>/<eval_set>/``:
 - ``utterances.csv``: per utterance id, reference, hypothesis, normalized forms, S/D/I and its
   slice fields (:func:`asrflow.evaluate.scoring.write_utterances_csv`);
 - ``alignments.txt``: the word alignment of every utterance with an error;
-- ``summary.json``: pooled WER/CER (total errors / total reference units), S/D/I, per-slice
-  figures for every slice field, real-time factor, dtypes, decoding settings, and the hashes
+- ``summary.json``: pooled WER/CER (total errors / total reference units) with their 95 %
+  intervals (``wer_ci_low`` ... ``cer_ci_high``, a bootstrap over utterances recorded once under
+  ``interval``: :mod:`asrflow.evaluate.intervals`), S/D/I, per-slice figures (with intervals)
+  for every slice field, real-time factor, dtypes, decoding settings, and the hashes
   that say what was measured: the artifact's weights, the eval cuts and the scoring contract.
 
 The script also archives the summary by those hashes
@@ -31,7 +33,9 @@ import torch
 from asrflow.data.cuts import field, load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
+from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap, error_rate_intervals
 from asrflow.evaluate.scoring import (
+    MISSING_SLICE,
     SCORING_VERSION,
     UtteranceScore,
     by_slice,
@@ -152,9 +156,37 @@ def _what_was_measured(
         "contract_sha256": contract_sha256(contract),
         "scoring_version": SCORING_VERSION,
         **pooled(scores),
-        "slices": by_slice(scores, slice_fields),
+        **score_intervals(scores),
+        "interval": BOOTSTRAP.to_dict(),
+        "slices": sliced_with_intervals(scores, slice_fields),
         "empty_hypotheses": sum(1 for s in scores if not s.hyp_norm),
     }
+
+
+def score_intervals(
+    scores: Sequence[UtteranceScore], bootstrap: Bootstrap = BOOTSTRAP
+) -> dict[str, float | None]:
+    """``wer_ci_low``, ``wer_ci_high``, ``cer_ci_low``, ``cer_ci_high`` of ``scores`` (fractions,
+    as ``wer``; ``None`` where the rate is), by
+    :func:`~asrflow.evaluate.intervals.error_rate_intervals`."""
+    columns = ("word_errors", "ref_words", "char_errors", "ref_chars")
+    counts = [np.array([getattr(s, c) for s in scores], dtype=np.int64) for c in columns]
+    return error_rate_intervals(*counts, bootstrap)
+
+
+def sliced_with_intervals(
+    scores: Sequence[UtteranceScore], slice_fields: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`asrflow.evaluate.scoring.by_slice`, each slice value's figures with
+    :func:`score_intervals` over its utterances."""
+    slices = by_slice(scores, slice_fields)
+    for name, values in slices.items():
+        groups: dict[str, list[UtteranceScore]] = {}
+        for s in scores:
+            groups.setdefault(s.fields.get(name, MISSING_SLICE), []).append(s)
+        for value, figures in values.items():
+            figures.update(score_intervals(groups[value]))
+    return slices
 
 
 def _how_it_was_decoded(

@@ -9,7 +9,13 @@ Inputs are the JSON summaries other rules write:
   scoring contract's sha256, decoding settings and speed;
 - selections (``results/runs/<run>/selected.json``): the chosen artifact of each run;
 - archived eval summaries: results of earlier data or model revisions, kept by artifact hash
-  (:mod:`asrflow.evaluate.archive`).
+  (:mod:`asrflow.evaluate.archive`);
+- per-utterance errors of the current evaluations (their ``utterances.csv``), for each
+  artifact's WER difference against its run's selected artifact
+  (:mod:`asrflow.report.differences`).
+
+``wer_ci_low`` ... ``cer_ci_high`` are the summaries' 95 % intervals (a bootstrap over utterances,
+:mod:`asrflow.evaluate.intervals`; empty for summaries written before they existed).
 
 Results scored under different contracts (or on different eval cuts) are never ranked together:
 ``rank`` is computed within one ``(eval_set, eval_cuts_sha256, contract_sha256)`` group of current
@@ -17,7 +23,8 @@ rows, and :func:`check_contracts` says in words when there is more than one grou
 
 Example::
 
-    df = comparison_table(train, evals, selections, archived=load_archive(archive_dir))
+    errors = {("r1", "last", "demo.dev"): read_utterance_errors(".../utterances.csv"), ...}
+    df = comparison_table(train, evals, selections, load_archive(archive_dir), errors)
 
 :mod:`asrflow.report.tables` writes it as CSV, Markdown and HTML.
 """
@@ -31,6 +38,12 @@ from typing import Any
 import pandas as pd
 
 from asrflow.evaluate.archive import ARCHIVE_KEY, DECODING_KEY
+from asrflow.report.differences import (
+    DIFF_COLUMNS,
+    EvalKey,
+    UtteranceErrors,
+    differences_vs_selected,
+)
 
 NONE = "-"
 """Artifact and eval set of a row that has no evaluation (a failed or unevaluated run)."""
@@ -42,6 +55,7 @@ SHORT = 12
 """Hex digits of a hash shown in the Markdown and HTML tables (the CSV keeps all 64)."""
 
 METRICS = ("wer", "cer", "sentence_error_rate", "rtf")
+INTERVALS = ("wer_ci_low", "wer_ci_high", "cer_ci_low", "cer_ci_high")
 COUNTS = (
     "substitutions",
     "deletions",
@@ -67,6 +81,8 @@ COLUMNS = (
     "eval_set",
     "wer",
     "cer",
+    *INTERVALS,
+    *DIFF_COLUMNS,
     "rank",
     "selected",
     "status",
@@ -171,7 +187,9 @@ def _train_columns(train: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _eval_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
-    row = {k: summary.get(k) for k in ("run", "artifact", "eval_set", *METRICS, *COUNTS)}
+    row = {
+        k: summary.get(k) for k in ("run", "artifact", "eval_set", *METRICS, *INTERVALS, *COUNTS)
+    }
     row.update({k: summary.get(k) for k in ARCHIVE_KEY})
     row.update(
         {
@@ -216,6 +234,7 @@ def comparison_table(
     eval_summaries: Sequence[Mapping[str, Any]],
     selections: Mapping[str, Mapping[str, Any]],
     archived: Sequence[Mapping[str, Any]] = (),
+    utterance_errors: Mapping[EvalKey, UtteranceErrors] | None = None,
 ) -> pd.DataFrame:
     """One row per run x artifact x eval set (columns :data:`COLUMNS`), sorted by those three.
 
@@ -230,6 +249,8 @@ def comparison_table(
       records its hash).
     - ``rank``: 1 = lowest WER among current rows with the same eval set, eval cuts and scoring
       contract; never across contracts.
+    - ``wer_diff_vs_selected`` and its interval: from ``utterance_errors`` (per
+      ``(run, artifact, eval_set)``), :func:`asrflow.report.differences.differences_vs_selected`.
     """
     rows: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
@@ -256,12 +277,15 @@ def comparison_table(
         row = _eval_columns(summary)
         row.update(current=False, selected=_is_selected(summary, selections.get(row["run"])))
         rows.append(row)
-    return _frame(rows)
+    df = _frame(rows)
+    df[list(DIFF_COLUMNS)] = differences_vs_selected(df, utterance_errors or {})
+    return df
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    for col in (*METRICS, "audio_seconds", "decode_seconds", "effective_batch_seconds"):
+    numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS)
+    for col in (*numeric, "audio_seconds", "decode_seconds", "effective_batch_seconds"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     for col in (*COUNTS, "steps", "epochs", "num_parameters", "world_size"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")

@@ -13,6 +13,7 @@ from asrflow.evaluate.archive import load_archive
 from asrflow.io import read_json
 from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
 from asrflow.report.comparison import comparison_table
+from asrflow.report.differences import EvalKey, UtteranceErrors, read_utterance_errors
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
 from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code
@@ -30,10 +31,13 @@ def build_report(
     csv_path: Pathlike,
     md_path: Pathlike,
     html_path: Pathlike,
+    utterances: Sequence[Pathlike] = (),
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
-    asrflow modules that trained or evaluated it and differ in this checkout now."""
+    asrflow modules that trained or evaluated it and differ in this checkout now.
+    ``utterances``: the evaluations' ``utterances.csv`` (each beside its ``summary.json``), for
+    the WER differences against each run's selected artifact."""
     checkout = Checkout()
     trains: dict[str, dict] = {}
     train_code: dict[str, list[str]] = {}
@@ -49,7 +53,8 @@ def build_report(
         changed = train_code.get(summary.get("run"), []) + _changed_code(path, checkout)
         summary["code_changed"] = sorted(set(changed))
         evals.append(summary)
-    df = comparison_table(trains, evals, selected, archived)
+    errors = _utterance_errors(evaluations, evals, utterances)
+    df = comparison_table(trains, evals, selected, archived, errors)
     write_report_tables(df, csv_path, md_path, html_path)
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
@@ -58,6 +63,23 @@ def build_report(
         int((~df["current"].astype(bool)).sum()) if "current" in df else 0,
     )
     return df
+
+
+def _utterance_errors(
+    evaluations: Sequence[Pathlike],
+    summaries: Sequence[dict],
+    utterances: Sequence[Pathlike],
+) -> dict[EvalKey, UtteranceErrors]:
+    """Per-utterance errors of each evaluation whose ``utterances.csv`` (in the directory of its
+    ``summary.json``) is among ``utterances``."""
+    by_dir = {Path(p).parent: p for p in utterances}
+    out = {}
+    for path, summary in zip(evaluations, summaries, strict=True):
+        csv_path = by_dir.get(Path(path).parent)
+        if csv_path is not None:
+            key = (summary.get("run"), summary.get("artifact"), summary.get("eval_set"))
+            out[key] = read_utterance_errors(csv_path)
+    return out
 
 
 def _changed_code(output: Pathlike, checkout: Checkout) -> list[str]:

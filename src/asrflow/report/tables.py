@@ -1,6 +1,6 @@
 """The comparison table written out: the CSV (every column, full hashes), and Markdown and one
-HTML page for people (percentages, short hashes, selected, failed and archived rows marked, a
-warning when results are not comparable).
+HTML page for people (percentages with their 95 % intervals in brackets, short hashes, selected,
+failed and archived rows marked, a warning when results are not comparable).
 
 Example::
 
@@ -16,13 +16,39 @@ from typing import Any
 
 import pandas as pd
 
+from asrflow.evaluate.intervals import BOOTSTRAP
 from asrflow.io import write_text
 from asrflow.report.comparison import NONE, SHORT, check_contracts
 from asrflow.types import Pathlike
 
 
-def _pct(value: Any) -> str:
-    return "" if _missing(value) else f"{100 * float(value):.2f}"
+def _with_interval(value: Any, low: Any, high: Any, sign: str = "") -> str:
+    """A rate in percent with its interval: ``12.20 [10.10, 14.50]`` (``sign="+"``: signed)."""
+    if _missing(value):
+        return ""
+    text = f"{100 * float(value):{sign}.2f}"
+    if _missing(low) or _missing(high):
+        return text
+    return f"{text} [{100 * float(low):{sign}.2f}, {100 * float(high):{sign}.2f}]"
+
+
+def _rate_cells(df: pd.DataFrame, name: str, sign: str = "") -> list[str]:
+    """``name`` (``wer``, ``cer``, ``wer_diff_vs_selected``) of each row with its interval."""
+    return [
+        _with_interval(v, lo, hi, sign)
+        for v, lo, hi in zip(df[name], df[f"{name}_ci_low"], df[f"{name}_ci_high"], strict=True)
+    ]
+
+
+INTERVAL_NOTE = (
+    "WER and CER pool errors over all utterances. In brackets: the "
+    f"{100 * BOOTSTRAP.level:g} % interval, a bootstrap over utterances "
+    f"({BOOTSTRAP.resamples} resamples, seed {BOOTSTRAP.seed}). "
+    "WER diff vs selected: this row's WER minus that of its run's selected artifact on the "
+    "same eval set, in points, with the paired interval (utterances matched by ID); an interval "
+    "that excludes 0 is a difference at that level. The selected row's own is 0 [0, 0]."
+)
+"""What the bracketed figures of the Markdown and HTML tables mean."""
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -50,8 +76,9 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
             "run": df["run"].map(_text),
             "artifact": df["artifact"].map(_text),
             "eval set": df["eval_set"].map(_text),
-            "WER %": df["wer"].map(_pct),
-            "CER %": df["cer"].map(_pct),
+            "WER %": _rate_cells(df, "wer"),
+            "CER %": _rate_cells(df, "cer"),
+            "WER diff vs selected": _rate_cells(df, "wer_diff_vs_selected", "+"),
             "rank": df["rank"].map(_text),
             "selected": df["selected"].map(lambda s: "yes" if s else ""),
             "status": df["status"].map(_text),
@@ -123,7 +150,7 @@ def report_markdown(df: pd.DataFrame) -> str:
         lines += ["No evaluation results.", ""]
     else:
         view = display_table(current).drop(columns=["current"])
-        lines += [markdown_table(view), "", "WER and CER pool errors over all utterances.", ""]
+        lines += [markdown_table(view), "", INTERVAL_NOTE, ""]
     failed = df[df["status"] == "failed"].drop_duplicates("run")
     if not failed.empty:
         lines += ["## Failed runs", ""]
@@ -145,7 +172,15 @@ def report_markdown(df: pd.DataFrame) -> str:
             "",
         ]
         view = display_table(archived).drop(
-            columns=["rank", "status", "current", "data sha", "tokenizer sha", "budget"]
+            columns=[
+                "rank",
+                "status",
+                "current",
+                "WER diff vs selected",
+                "data sha",
+                "tokenizer sha",
+                "budget",
+            ]
         )
         lines += [markdown_table(view), ""]
     return "\n".join(lines)
@@ -201,7 +236,7 @@ def report_html(df: pd.DataFrame) -> str:
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
-        "<p>WER and CER pool errors over all utterances.</p>\n</body>\n</html>\n"
+        f"<p>{html.escape(INTERVAL_NOTE)}</p>\n</body>\n</html>\n"
     )
 
 
