@@ -251,11 +251,13 @@ def eval_slice_fields(wildcards):
 
 def dev_evaluations(wildcards):
     """Every artifact of a run evaluated on the run's dev set: what select_model chooses from."""
-    dev = layout.dev_set(config, wildcards.run)
-    return [
-        layout.eval_file(wildcards.run, a, dev, "summary.json")
-        for a in runs.run_artifacts(config, wildcards.run)
-    ]
+    return runs.dev_evaluation_files(config, wildcards.run, "summary.json")
+
+
+def dev_utterances(wildcards):
+    """The per-utterance scores of those dev evaluations (each beside its summary.json): what
+    the significance of the average's difference is computed from."""
+    return runs.dev_evaluation_files(config, wildcards.run, "utterances.csv")
 
 
 def slice_evaluations(wildcards):

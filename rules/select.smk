@@ -4,6 +4,7 @@
 rule select_model:
     input:
         evaluations=dev_evaluations,
+        utterances=dev_utterances,
     output:
         selected=layout.selected_file("{run}"),
         record=layout.prov(layout.selected_file("{run}")),
@@ -13,5 +14,6 @@ rule select_model:
         "../envs/asrflow.yaml"
     params:
         dev_set=run_dev_set,
+        require_significant=config["selection"]["require_significant"],
     script:
         "../scripts/select_model.py"

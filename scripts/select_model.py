@@ -9,4 +9,6 @@ with step(snakemake):
         run=snakemake.wildcards.run,
         dev_set=snakemake.params.dev_set,
         out=snakemake.output.selected,
+        utterances=snakemake.input.utterances,
+        require_significant=snakemake.params.require_significant,
     )

@@ -351,14 +351,19 @@ def _target(case: Case) -> str:
     return f"{data}/filtered/{case.split}.jsonl.gz"
 
 
+def _base_audio(audio: Path) -> Path:
+    """The base corpus's WAVs (every case shares them unless it damages its own copy)."""
+    for split, speakers in SPLITS.items():
+        for k, row in enumerate(utterance_rows(split, speakers, audio_dir=str(audio))):
+            write_wav(Path(row["audio_filepath"]), row["duration"], seed=k)
+    return audio
+
+
 @pytest.fixture(scope="module")
 def catalogue(tmp_path_factory) -> tuple[Path, dict[str, Corpus], str]:
     """Every case as a corpus of one workflow, run once with --keep-going."""
     root = tmp_path_factory.mktemp("catalogue")
-    audio = root / "audio"
-    for split, speakers in SPLITS.items():
-        for k, row in enumerate(utterance_rows(split, speakers, audio_dir=str(audio))):
-            write_wav(Path(row["audio_filepath"]), row["duration"], seed=k)
+    audio = _base_audio(root / "audio")
     corpora: dict[str, Corpus] = {}
     config: dict[str, Any] = {}
     for case in CASES:
@@ -498,10 +503,7 @@ def _summary(run: str) -> str:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, dict[str, Corpus], str]:
     root = tmp_path_factory.mktemp("training")
-    audio = root / "audio"
-    for split, speakers in SPLITS.items():
-        for k, row in enumerate(utterance_rows(split, speakers, audio_dir=str(audio))):
-            write_wav(Path(row["audio_filepath"]), row["duration"], seed=k)
+    audio = _base_audio(root / "audio")
     corpora = {"clean": Corpus(root / "corpora/clean", audio)}
     corpora["nan_audio"] = Corpus(root / "corpora/nan_audio", audio)
     nan_samples(corpora["nan_audio"])

@@ -216,6 +216,11 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     selected = json.loads((run / "selected.json").read_text())
     assert selected["eval_set"] == "tiny.dev" and selected["selected"] in artifacts
     assert set(selected["candidates"]) == set(artifacts)
+    # issue 14: the average against the best single checkpoint, from the dev utterances.csv
+    significance = selected["significance"]
+    assert significance["artifact"] == "valid.loss.ave_2best"
+    assert significance["against"] == selected["best_single"]["artifact"]
+    assert significance["ci_low"] <= significance["ci_high"] and significance["resamples"] == 1000
 
     table = pd.read_csv(trained / "results/report/comparison.csv")
     for column in ("run", "artifact", "eval_set", "wer", "cer", "selected", "status"):

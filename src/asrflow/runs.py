@@ -15,7 +15,15 @@ from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.scoring import SCORING_VERSION
 from asrflow.export.find import find_config, model_sample_rate
-from asrflow.layout import Config, recipe_file, run, run_corpora, run_dev_corpus
+from asrflow.layout import (
+    Config,
+    dev_set,
+    eval_file,
+    recipe_file,
+    run,
+    run_corpora,
+    run_dev_corpus,
+)
 from asrflow.params import Operational
 from asrflow.train.recipe import load_recipe
 
@@ -133,6 +141,13 @@ def has_baseline(config: Config, name: str) -> bool:
 def run_artifacts(config: Config, name: str) -> list[str]:
     """The artifacts a run exports (see :mod:`asrflow.artifacts`)."""
     return artifact_names(run_recipe(config, name).criteria, has_baseline(config, name))
+
+
+def dev_evaluation_files(config: Config, name: str, file: str) -> list[str]:
+    """``file`` (``summary.json``, ``utterances.csv``) of every artifact of a run evaluated on
+    the run's dev set: what select_model reads. Never a test set."""
+    dev = dev_set(config, name)
+    return [eval_file(name, artifact, dev, file) for artifact in run_artifacts(config, name)]
 
 
 def average_criterion(config: Config, name: str, average: str) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import pytest
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.archive import archive_eval_summary, archive_name, load_archive
 from asrflow.evaluate.intervals import difference_interval
+from asrflow.evaluate.paired import UtteranceErrors, read_utterance_errors
 from asrflow.evaluate.scoring import score_utterance, write_utterances_csv
 from asrflow.report.comparison import (
     COLUMNS,
@@ -20,7 +21,6 @@ from asrflow.report.comparison import (
     data_fingerprint,
     slice_table,
 )
-from asrflow.report.differences import UtteranceErrors, read_utterance_errors
 from asrflow.report.stages import build_report
 from asrflow.report.tables import report_markdown, write_report_tables
 from asrflow.text import TextNormalization

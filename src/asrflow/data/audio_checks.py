@@ -21,10 +21,10 @@ from asrflow.data.issues import (
     Issue,
     Splits,
     ValidationConfig,
-    _convention_issue,
-    _examples,
-    _issue,
     audio_path,
+    convention_issue,
+    examples_text,
+    make_issue,
 )
 
 
@@ -48,7 +48,7 @@ def check_lhotse(
             try:
                 lhotse_validate(cut)
             except AssertionError as exc:
-                yield _issue(
+                yield make_issue(
                     "error",
                     "lhotse_invalid",
                     split,
@@ -92,7 +92,7 @@ def _bad_audio_issue(split: str, cut: Cut, path: str, info: AudioInfo | Exceptio
             what = "does not exist"
         else:
             what = f"cannot be read: {info}"
-        return _issue(
+        return make_issue(
             "error",
             "audio_unreadable",
             split,
@@ -101,7 +101,7 @@ def _bad_audio_issue(split: str, cut: Cut, path: str, info: AudioInfo | Exceptio
             "fix the path or the file, or remove the line",
         )
     if info.header_samples is not None:
-        return _issue(
+        return make_issue(
             "error",
             "audio_truncated",
             split,
@@ -111,7 +111,7 @@ def _bad_audio_issue(split: str, cut: Cut, path: str, info: AudioInfo | Exceptio
             "the file is damaged (an interrupted copy or download?), not the manifest "
             "line: copy it again from its source, or remove the line",
         )
-    return _issue(
+    return make_issue(
         "error",
         "audio_empty",
         split,
@@ -141,7 +141,7 @@ def _sampling_rate_issue(
             "is the corpus's rate (a Kaldi data dir is read at the declared rate, "
             f"16000 Hz when none is), or resample the file to {cut.sampling_rate} Hz"
         )
-    return _issue(
+    return make_issue(
         "error",
         "sampling_rate",
         split,
@@ -156,7 +156,7 @@ def _extent_issue(split: str, cut: Cut, actual: float, tol: float) -> Issue | No
     ends beyond it (more than ``tol`` seconds either way)."""
     if not field(cut, SEGMENT):
         if abs(cut.duration - actual) > tol:
-            return _issue(
+            return make_issue(
                 "error",
                 "duration_mismatch",
                 split,
@@ -167,7 +167,7 @@ def _extent_issue(split: str, cut: Cut, actual: float, tol: float) -> Issue | No
             )
         return None
     if cut.start + cut.duration > actual + tol:
-        return _issue(
+        return make_issue(
             "error",
             "segment_outside",
             split,
@@ -199,10 +199,10 @@ def check_sampling_rates(
                 by_rate[info.sampling_rate].append(cut)
     if len(by_rate) > 1:
         counts = "; ".join(
-            f"{rate} Hz: {len(cuts)} (e.g. {_examples(cuts)})"
+            f"{rate} Hz: {len(cuts)} (e.g. {examples_text(cuts)})"
             for rate, cuts in sorted(by_rate.items())
         )
-        yield _convention_issue(
+        yield convention_issue(
             "mixed_sampling_rates",
             "all",
             f"the audio has {len(by_rate)} sampling rates: {counts}",

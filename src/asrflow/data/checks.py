@@ -51,10 +51,10 @@ from asrflow.data.issues import (
     Issue,
     Splits,
     ValidationConfig,
-    _convention_issue,
-    _examples,
-    _issue,
     audio_path,
+    convention_issue,
+    examples_text,
+    make_issue,
 )
 from asrflow.text import TextNormalization, normalize
 
@@ -119,7 +119,7 @@ def check_text(splits: Splits, **_: Any) -> Iterable[Issue]:
     for split, cuts in splits.items():
         for cut in cuts:
             if not text(cut).strip():
-                yield _issue(
+                yield make_issue(
                     "error",
                     "empty_text",
                     split,
@@ -136,7 +136,7 @@ def check_unique_ids(splits: Splits, **_: Any) -> Iterable[Issue]:
         for cut in cuts:
             if cut.id in seen:
                 first_split, first_where = seen[cut.id]
-                yield _issue(
+                yield make_issue(
                     "error",
                     "duplicate_id",
                     split,
@@ -183,7 +183,7 @@ def check_audio_leakage(splits: Splits, **_: Any) -> Iterable[Issue]:
             path = resolve(audio_path(cut))
             first = owner.setdefault(path, (split, origin(cut)))
             if first[0] != split:
-                yield _issue(
+                yield make_issue(
                     "error",
                     "audio_in_two_splits",
                     split,
@@ -250,20 +250,20 @@ def check_conventions(
             if NUMBER_WORDS.intersection(_WORD.findall(t.lower())):
                 words.append(cut)
     if upper and lower:
-        yield _convention_issue(
+        yield convention_issue(
             "mixed_case",
             "all",
-            f"{len(upper)} transcript(s) are all upper case (e.g. {_examples(upper)}) "
+            f"{len(upper)} transcript(s) are all upper case (e.g. {examples_text(upper)}) "
             f"and {len(lower)} are not",
             "use one casing convention (scoring ignores case, but "
             "an unnormalized model learns two spellings)",
         )
     if digits and words:
-        yield _convention_issue(
+        yield convention_issue(
             "digits_and_words",
             "all",
             f"{len(digits)} transcript(s) write numbers as digits (e.g. "
-            f"{_examples(digits)}) and {len(words)} as words",
+            f"{examples_text(digits)}) and {len(words)} as words",
             "write numbers one way (usually words) in every split",
         )
     if TRAIN not in splits:
@@ -280,7 +280,7 @@ def check_conventions(
         if unseen:
             chars = " ".join(repr(ch) for ch in sorted(unseen))
             example = next(iter(unseen.values()))[:EXAMPLES]
-            yield _convention_issue(
+            yield convention_issue(
                 "unseen_characters",
                 split,
                 f"characters {chars} occur in {split} but never in train (e.g. "

@@ -54,7 +54,8 @@ class Issue:
         return f"{self.where} [{self.split}] {self.item}: {self.message} -> {self.hint}"
 
 
-def _issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
+def make_issue(severity: str, code: str, split: str, cut: Cut, message: str, hint: str) -> Issue:
+    """An issue of one utterance, placed at its manifest line."""
     return Issue(severity, code, split, origin(cut), f"utterance {cut.id}", message, hint)
 
 
@@ -62,9 +63,11 @@ def audio_path(cut: Cut) -> str:
     return str(cut.recording.sources[0].source)
 
 
-def _convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
+def convention_issue(code: str, split: str, message: str, hint: str) -> Issue:
+    """A warning about a split's transcripts as a whole (case, digits, unseen characters)."""
     return Issue("warning", code, split, split, "transcripts", message, hint)
 
 
-def _examples(cuts: Sequence[Cut]) -> str:
+def examples_text(cuts: Sequence[Cut]) -> str:
+    """The manifest lines of the first few ``cuts``, for a message."""
     return ", ".join(origin(c) for c in cuts[:EXAMPLES])

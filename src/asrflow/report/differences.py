@@ -4,7 +4,7 @@
 The columns :data:`DIFF_COLUMNS` of :func:`asrflow.report.comparison.comparison_table`, as
 fractions like ``wer`` (this row's WER minus the selected artifact's; negative: fewer errors).
 Both evaluations' utterances are paired by ID from their ``utterances.csv``
-(:func:`read_utterance_errors`). A difference is given only between current rows of one run and
+(:mod:`asrflow.evaluate.paired`). A difference is given only between current rows of one run and
 eval set that were scored under the same scoring contract on the same eval cuts, and whose
 utterance IDs and reference word counts agree; otherwise the three cells are empty (as for
 archived rows and runs without evaluations: their utterances are not at hand). The selected
@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from asrflow.errors import AsrflowError
-from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap, difference_interval
-from asrflow.types import Pathlike
+from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap
+from asrflow.evaluate.paired import UtteranceErrors, paired_difference
 
 log = logging.getLogger(__name__)
 
@@ -41,62 +39,6 @@ DIFF_COLUMNS = (
 
 EvalKey = tuple[str, str, str]
 """``(run, artifact, eval_set)`` of one evaluation."""
-
-
-@dataclass(frozen=True)
-class UtteranceErrors:
-    """Word errors and reference words per utterance (``ids``) of one evaluation."""
-
-    ids: np.ndarray
-    word_errors: np.ndarray
-    ref_words: np.ndarray
-
-    def by_id(self) -> UtteranceErrors:
-        """The same utterances sorted by ID."""
-        order = np.argsort(self.ids, kind="stable")
-        return UtteranceErrors(self.ids[order], self.word_errors[order], self.ref_words[order])
-
-
-def read_utterance_errors(path: Pathlike) -> UtteranceErrors:
-    """The ``id``, ``word_errors`` and ``ref_words`` columns of an evaluation's
-    ``utterances.csv`` (:func:`asrflow.evaluate.scoring.write_utterances_csv`), sorted by ID
-    (IDs are text: ``"NA"`` or ``"007"`` stay as written)."""
-    columns = ["id", "word_errors", "ref_words"]
-    try:
-        table = pd.read_csv(
-            path, usecols=columns, dtype={"id": str}, keep_default_na=False, na_values={}
-        )
-    except (OSError, ValueError) as e:
-        raise AsrflowError(f"{path}: not an evaluation's utterances.csv ({e})") from e
-    if table["id"].duplicated().any():
-        twice = table.loc[table["id"].duplicated(), "id"].iloc[0]
-        raise AsrflowError(f"{path}: utterance {twice!r} is listed more than once")
-    table = table.sort_values("id", kind="stable")
-    return UtteranceErrors(
-        ids=table["id"].to_numpy(dtype=object),
-        word_errors=table["word_errors"].to_numpy(dtype=np.int64),
-        ref_words=table["ref_words"].to_numpy(dtype=np.int64),
-    )
-
-
-def paired_difference(
-    a: UtteranceErrors, b: UtteranceErrors, bootstrap: Bootstrap = BOOTSTRAP
-) -> tuple[float, float, float] | None:
-    """``(diff, low, high)`` of WER ``a`` minus WER ``b``, utterances paired by ID; ``None``
-    when the two did not score the same utterances with the same reference word counts."""
-    a, b = a.by_id(), b.by_id()
-    if not np.array_equal(a.ids, b.ids) or not np.array_equal(a.ref_words, b.ref_words):
-        return None
-    if not len(a.ids) or not a.ref_words.sum():
-        return None
-    return difference_interval(
-        a.word_errors,
-        b.word_errors,
-        a.ref_words,
-        resamples=bootstrap.resamples,
-        seed=bootstrap.seed,
-        level=bootstrap.level,
-    )
 
 
 def differences_vs_selected(

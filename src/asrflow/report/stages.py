@@ -10,10 +10,11 @@ from pathlib import Path
 import pandas as pd
 
 from asrflow.evaluate.archive import load_archive
+from asrflow.evaluate.paired import UtteranceErrors, read_utterance_errors
 from asrflow.io import read_json
 from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
 from asrflow.report.comparison import comparison_table
-from asrflow.report.differences import EvalKey, UtteranceErrors, read_utterance_errors
+from asrflow.report.differences import EvalKey
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer
 from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code

@@ -12,25 +12,51 @@ on test; :func:`select_model` refuses any other eval set):
 3. The best average is found the same way. It is selected only if its dev WER is *strictly*
    lower than the best single checkpoint's; on a tie the single checkpoint is kept (it is a model
    the run actually trained and validated, and a tie is no evidence that averaging helped).
+   With ``selection.require_significant`` it must also be *significantly* lower: the paired 95 %
+   interval of the WER difference (average minus best single) lies entirely below 0.
 4. All summaries must share one scoring contract (its SHA-256); figures scored under different
    contracts are never compared.
 
-``selected.json`` holds the choice, the reason in words, both figures and the hashes of every
-candidate's weights.
+**Significance.** Given the evaluations' per-utterance errors (their ``utterances.csv``, paired
+by utterance ID; :mod:`asrflow.evaluate.paired`), ``selected.json`` records under
+``significance`` the dev WER difference of the best average minus the best single checkpoint
+(fractions), its paired bootstrap interval (:data:`asrflow.evaluate.intervals.BOOTSTRAP`: 1000
+resamples, seed 0, 95 %) and whether it is significant (the interval excludes 0), whichever way
+the choice went; the reason says it in words. The option changes no choice unless it is on.
+
+``selected.json`` holds the choice, the reason in words, both figures, the significance of their
+difference and the hashes of every candidate's weights.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from asrflow.artifacts import BASELINE, LAST, is_average
 from asrflow.errors import AsrflowError
+from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap
+from asrflow.evaluate.paired import UtteranceErrors, paired_difference, read_utterance_errors
 from asrflow.io import read_json, write_json
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
+
+OPTION = "selection.require_significant"
+
+RULE = (
+    "average kept only if its dev WER is strictly lower than the best single checkpoint's; "
+    "ties: lower CER, then <monitor>.best before last, then name"
+)
+RULE_SIGNIFICANT = (
+    f"{RULE}; with {OPTION}, the average's gain must also be significant at 95 % (the paired "
+    "bootstrap interval of its WER difference to the best single checkpoint entirely below 0)"
+)
+
+WER_TOLERANCE = 1e-9
+"""How far the WER difference recomputed from ``utterances.csv`` may be from the summaries'."""
 
 
 def _rank(summary: Mapping[str, Any]) -> tuple:
@@ -52,10 +78,11 @@ def _figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def select_model(
+def check_dev_summaries(
     dev_summaries: Sequence[Mapping[str, Any]], *, run: str, dev_set: str
-) -> dict[str, Any]:
-    """The selection record of one run (see the module docstring for the rule)."""
+) -> str:
+    """Raise unless every summary is ``run``'s evaluation on ``dev_set`` and all share one
+    scoring contract; return that contract's SHA-256."""
     if not dev_summaries:
         raise AsrflowError(f"run {run}: no dev evaluations to select from")
     for s in dev_summaries:
@@ -72,6 +99,61 @@ def select_model(
             f"run {run}: the dev evaluations were scored under {len(contracts)} different "
             "scoring contracts; rerun the evaluations so that they share one"
         )
+    return contracts.pop()
+
+
+def significance_record(
+    average: Mapping[str, Any],
+    single: Mapping[str, Any],
+    utterances: Mapping[str, UtteranceErrors],
+    bootstrap: Bootstrap = BOOTSTRAP,
+) -> dict[str, Any]:
+    """The dev WER difference ``average`` minus ``single`` (summaries), its paired interval
+    and whether it is significant (the interval excludes 0), from their ``utterances``."""
+    a, s = average["artifact"], single["artifact"]
+    missing = [name for name in (a, s) if name not in utterances]
+    if missing:
+        raise AsrflowError(
+            f"no per-utterance errors (utterances.csv) of {', '.join(missing)}: the "
+            "significance of the average's difference cannot be computed"
+        )
+    result = paired_difference(utterances[a], utterances[s], bootstrap)
+    if result is None:
+        raise AsrflowError(
+            f"{a} and {s} did not score the same dev utterances (IDs or reference word counts "
+            "differ); rerun both evaluations"
+        )
+    diff, low, high = result
+    if abs(diff - (average["wer"] - single["wer"])) > WER_TOLERANCE:
+        raise AsrflowError(
+            f"the utterances.csv of {a} and {s} give a WER difference of {diff:.6f}, their "
+            f"summaries {average['wer'] - single['wer']:.6f}: stale files; rerun both evaluations"
+        )
+    return {
+        "artifact": a,
+        "against": s,
+        "wer_diff": diff,
+        "ci_low": low,
+        "ci_high": high,
+        **bootstrap.to_dict(),
+        "significant": bool(high < 0 or low > 0),
+    }
+
+
+def select_model(
+    dev_summaries: Sequence[Mapping[str, Any]],
+    *,
+    run: str,
+    dev_set: str,
+    utterances: Mapping[str, UtteranceErrors] | None = None,
+    require_significant: bool = False,
+) -> dict[str, Any]:
+    """The selection record of one run (see the module docstring for the rule).
+
+    ``utterances``: each artifact's per-utterance errors on ``dev_set``, for the significance of
+    the average's difference (``significance`` is ``None`` without them, or without an average;
+    ``require_significant`` needs them)."""
+    contract = check_dev_summaries(dev_summaries, run=run, dev_set=dev_set)
     singles = [
         s for s in dev_summaries if not is_average(s["artifact"]) and s["artifact"] != BASELINE
     ]
@@ -80,50 +162,119 @@ def select_model(
         raise AsrflowError(f"run {run}: no single checkpoint was evaluated on {dev_set}")
     best_single = min(singles, key=_rank)
     best_average = min(averages, key=_rank) if averages else None
-
-    if best_average is None:
-        selected = best_single
-        reason = f"{best_single['artifact']} has the lowest dev WER; the run has no average"
-    elif best_average["wer"] < best_single["wer"]:
-        selected = best_average
-        reason = (
-            f"the average {best_average['artifact']} beats the best single checkpoint "
-            f"{best_single['artifact']} on {dev_set}: WER {_pct(best_average['wer'])} < "
-            f"{_pct(best_single['wer'])}"
-        )
-    else:
-        selected = best_single
-        relation = "ties" if best_average["wer"] == best_single["wer"] else "does not beat"
-        reason = (
-            f"the average {best_average['artifact']} {relation} the best single checkpoint "
-            f"{best_single['artifact']} on {dev_set} (WER {_pct(best_average['wer'])} vs "
-            f"{_pct(best_single['wer'])}); the single checkpoint is kept"
-        )
+    significance = None
+    if best_average is not None and (utterances is not None or require_significant):
+        try:
+            significance = significance_record(best_average, best_single, utterances or {})
+        except AsrflowError as e:
+            raise AsrflowError(f"run {run}: {e}") from None
+    selected, reason = _decide(
+        best_single, best_average, significance, dev_set, require_significant
+    )
     return {
         "run": run,
         "eval_set": dev_set,
         "selected": selected["artifact"],
         "selected_sha256": selected.get("artifact_sha256"),
         "reason": reason,
-        "rule": "average kept only if its dev WER is strictly lower than the best single "
-        "checkpoint's; ties: lower CER, then <monitor>.best before last, then name",
+        "rule": RULE_SIGNIFICANT if require_significant else RULE,
+        "require_significant": require_significant,
         "best_single": _figures(best_single),
         "best_average": _figures(best_average) if best_average is not None else None,
+        "significance": significance,
         "candidates": {s["artifact"]: _figures(s) for s in dev_summaries},
-        "contract_sha256": contracts.pop(),
+        "contract_sha256": contract,
     }
+
+
+def _decide(
+    single: Mapping[str, Any],
+    average: Mapping[str, Any] | None,
+    significance: Mapping[str, Any] | None,
+    dev_set: str,
+    require_significant: bool,
+) -> tuple[Mapping[str, Any], str]:
+    """The chosen summary and the reason in words."""
+    if average is None:
+        return single, f"{single['artifact']} has the lowest dev WER; the run has no average"
+    names = f"the average {average['artifact']}", f"the best single checkpoint {single['artifact']}"
+    said = f"; {_significance_words(significance)}" if significance is not None else ""
+    if average["wer"] >= single["wer"]:
+        relation = "ties" if average["wer"] == single["wer"] else "does not beat"
+        return single, (
+            f"{names[0]} {relation} {names[1]} on {dev_set} (WER {_pct(average['wer'])} vs "
+            f"{_pct(single['wer'])}); the single checkpoint is kept{said}"
+        )
+    beats = (
+        f"{names[0]} beats {names[1]} on {dev_set}: WER {_pct(average['wer'])} < "
+        f"{_pct(single['wer'])}"
+    )
+    if not require_significant:
+        return average, f"{beats}{said}"
+    if significance is not None and significance["ci_high"] < 0:
+        return average, f"{beats}{said}, as {OPTION} asks"
+    return single, f"{beats}{said}, and {OPTION} keeps the single checkpoint"
+
+
+def _significance_words(significance: Mapping[str, Any]) -> str:
+    """``the difference, -0.15 points (95 % interval -0.55 to +0.36), is not significant``."""
+    level = f"{100 * significance['level']:g} %"
+    verdict = "is significant" if significance["significant"] else "is not significant"
+    return (
+        f"the difference, {_points(significance['wer_diff'])} points ({level} interval "
+        f"{_points(significance['ci_low'])} to {_points(significance['ci_high'])}), "
+        f"{verdict} at {level}"
+    )
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
 
 
+def _points(x: float) -> str:
+    return f"{100 * x:+.2f}"
+
+
 def select_run(
-    dev_summaries: Sequence[Pathlike], *, run: str, dev_set: str, out: Pathlike
+    dev_summaries: Sequence[Pathlike],
+    *,
+    run: str,
+    dev_set: str,
+    out: Pathlike,
+    utterances: Sequence[Pathlike] | None = None,
+    require_significant: bool = False,
 ) -> dict[str, Any]:
-    """:func:`select_model` on summary files; writes ``selected.json`` to ``out``."""
+    """:func:`select_model` on summary files and the ``utterances.csv`` beside each (paired by
+    directory); writes ``selected.json`` to ``out``."""
     summaries = [read_json(p) for p in dev_summaries]
-    selection = select_model(summaries, run=run, dev_set=dev_set)
+    errors = None
+    if utterances is not None:
+        errors = _dev_utterance_errors(dev_summaries, summaries, utterances, run=run)
+    selection = select_model(
+        summaries,
+        run=run,
+        dev_set=dev_set,
+        utterances=errors,
+        require_significant=require_significant,
+    )
     write_json(out, selection)
     log.info("run %s: selected %s (%s)", run, selection["selected"], selection["reason"])
     return selection
+
+
+def _dev_utterance_errors(
+    paths: Sequence[Pathlike],
+    summaries: Sequence[Mapping[str, Any]],
+    utterances: Sequence[Pathlike],
+    *,
+    run: str,
+) -> dict[str, UtteranceErrors]:
+    """Artifact -> per-utterance errors, from the ``utterances.csv`` beside each summary."""
+    by_dir = {Path(p).parent: p for p in utterances}
+    out = {}
+    for path, summary in zip(paths, summaries, strict=True):
+        csv_path = by_dir.get(Path(path).parent)
+        if csv_path is None:
+            raise AsrflowError(f"run {run}: no utterances.csv given beside {path}")
+        out[summary["artifact"]] = read_utterance_errors(csv_path)
+    return out

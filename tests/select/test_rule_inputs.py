@@ -1,0 +1,71 @@
+"""The select_model rule's inputs: each dev evaluation's summary.json and, beside it, its
+utterances.csv (for the significance of the average's difference); never a test set."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from snakemake.utils import validate
+
+from asrflow import layout, runs
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = "demo_ctc"
+
+
+def shipped_config() -> dict:
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text(encoding="utf-8"))
+    validate(config, str(ROOT / "config" / "config.schema.yaml"))  # fills the defaults
+    return config
+
+
+def test_dev_evaluation_files_are_every_artifact_on_the_dev_set_only(monkeypatch):
+    monkeypatch.chdir(ROOT)  # recipes are found relative to the workflow
+    config = shipped_config()
+    dev = layout.dev_set(config, RUN)
+    artifacts = runs.run_artifacts(config, RUN)
+    assert len(artifacts) > 1 and any(".ave_" in a for a in artifacts)
+    got = runs.dev_evaluation_files(config, RUN, "utterances.csv")
+    assert got == [layout.eval_file(RUN, a, dev, "utterances.csv") for a in artifacts]
+    assert all(f"/{dev}/" in p and ".test" not in p for p in got)
+    assert config["selection"] == {"require_significant": False}
+
+
+LOAD_RULE = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.iocontainers import Wildcards
+from snakemake.settings.types import OutputSettings, ResourceSettings
+
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow = api.workflow(resource_settings=ResourceSettings(), snakefile=Path("Snakefile"))
+    rule = workflow._workflow.get_rule("select_model")
+    wildcards = Wildcards(fromdict={"run": sys.argv[1]})
+    inputs = {name: rule.input[i](wildcards) for name, (i, _) in rule.input._names.items()}
+    params = {name: rule.params[i] for name, (i, _) in rule.params._names.items()}
+    params["dev_set"] = params["dev_set"](wildcards)
+    print(json.dumps({"input": inputs, "params": params}))
+"""
+
+
+def test_the_select_rule_reads_the_utterances_csv_beside_each_dev_summary():
+    """The rule as the Snakefile defines it (parsed in a fresh process; no DAG is built)."""
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_RULE, RUN],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    rule = json.loads(out.stdout.strip().splitlines()[-1])
+    summaries, utterances = rule["input"]["evaluations"], rule["input"]["utterances"]
+    assert [Path(p).name for p in summaries] == ["summary.json"] * len(summaries)
+    assert [str(Path(p).parent) for p in utterances] == [str(Path(p).parent) for p in summaries]
+    assert [Path(p).name for p in utterances] == ["utterances.csv"] * len(summaries)
+    assert rule["params"] == {"dev_set": "demo.dev", "require_significant": False}
