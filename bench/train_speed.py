@@ -29,8 +29,9 @@ from typing import Any
 import torch
 import yaml
 
+from asrflow.train.mappings import deep_merge
 from asrflow.train.parts import build_trainer_parts
-from asrflow.train.recipe import deep_merge, load_recipe
+from asrflow.train.recipe import load_recipe
 from asrflow.train.spec import RunSpec
 
 NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}

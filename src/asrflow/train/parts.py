@@ -19,7 +19,8 @@ from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.cuts import load_cuts, text
 from asrflow.export.find import model_sample_rate
 from asrflow.text import TextNormalization, normalize
-from asrflow.train.recipe import Recipe, warmup_steps
+from asrflow.train.recipe import Recipe
+from asrflow.train.sections import warmup_steps
 from asrflow.train.spec import RunSpec
 
 

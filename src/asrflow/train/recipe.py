@@ -37,14 +37,13 @@ from asrflow.train.recipe_checks import check_recipe, recipe_from_dict
 from asrflow.train.sections import OPERATIONAL_KEYS, Recipe, warmup_steps
 from asrflow.types import Pathlike, Seconds
 
-# the public entry: these names are imported from here (deep_merge and warmup_steps are defined
-# in mappings and sections, and imported from here by bench/train_speed.py and train/parts.py)
+# the public entry for a recipe as a whole; its sections, checks and dict helpers live in
+# sections, recipe_checks and mappings
 __all__ = [
     "AUDIT_SECTIONS",
     "OPERATIONAL_KEYS",
     "Recipe",
     "check_recipe",
-    "deep_merge",
     "effective_batch_seconds",
     "load_recipe",
     "read_recipe_yaml",
@@ -52,7 +51,6 @@ __all__ = [
     "recipe_sections",
     "scaled_lr",
     "update_budget",
-    "warmup_steps",
 ]
 
 
