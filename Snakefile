@@ -28,6 +28,7 @@ localrules:
     plot_learning_curves,
     plot_slices,
     report,
+    plot_differences,
 
 
 rule all:

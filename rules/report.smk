@@ -1,5 +1,5 @@
-# Reporting: learning curves, per-slice plots and the comparison over every run (current results
-# and the eval archive's earlier revisions).
+# Reporting: learning curves, per-slice plots, the comparison over every run (current results
+# and the eval archive's earlier revisions) and the forest plot of its WER differences.
 
 
 rule plot_learning_curves:
@@ -62,5 +62,24 @@ rule report:
         "../envs/asrflow.yaml"
     params:
         archive=layout.eval_archive(),
+        baseline_run=config["report"]["baseline_run"],
     script:
         "../scripts/report.py"
+
+
+rule plot_differences:
+    input:
+        comparison=layout.report_file("comparison.csv"),
+    output:
+        figure=report(
+            layout.report_file("plots", "differences.png"),
+            caption="../report/differences.rst",
+            category="Comparison",
+        ),
+        record=layout.prov(layout.report_file("plots", "differences.png")),
+    log:
+        layout.log("plot_differences", "comparison"),
+    conda:
+        "../envs/asrflow.yaml"
+    script:
+        "../scripts/plot_differences.py"

@@ -16,4 +16,6 @@ with step(snakemake) as s:
         csv_path=snakemake.output.csv,
         md_path=snakemake.output.markdown,
         html_path=snakemake.output.html,
+        # report.baseline_run (null: the first configured run)
+        baseline_run=snakemake.params.get("baseline_run"),
     )

@@ -17,6 +17,7 @@ from snakemake.utils import validate as snakemake_validate
 from asrflow import layout
 from asrflow.data.filter import FilterConfig
 from asrflow.data.issues import ValidationConfig
+from asrflow.errors import AsrflowError
 from asrflow.settings import config_error_message
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig
@@ -351,3 +352,17 @@ def test_wrong_value_names_the_path_and_the_description() -> None:
     assert message.startswith("config, corpora.mine.sampling_rate: -8000 is less than")
     assert "Expected: Declared sampling rate" in message
     assert len(message.splitlines()) == 1
+
+
+def test_report_baseline_run_defaults_to_none_and_must_name_a_run() -> None:
+    config = fill(load_config())
+    assert config["report"] == {"baseline_run": None}  # the first run is the baseline
+    config["report"]["baseline_run"] = "demo_ctc"
+    layout.check_config(fill(config))
+    config["report"]["baseline_run"] = "demo_ctx"
+    with pytest.raises(AsrflowError) as err:
+        layout.check_config(config)
+    message = str(err.value)
+    assert message.startswith("report.baseline_run: unknown run 'demo_ctx'")
+    assert "demo_ctc" in message and len(message.splitlines()) == 1
+    assert_rejected({**load_config(), "report": {"baseline_run": 3}}, "is not of type")

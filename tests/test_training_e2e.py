@@ -266,6 +266,7 @@ DOWNSTREAM_OF_TRAIN = {
     "plot_slices": 2,
     "select_model": 1,
     "report": 1,
+    "plot_differences": 1,
 }
 """The jobs after a change to what a run trains from (its audit reruns only for batching)."""
 
@@ -367,7 +368,13 @@ def test_status_is_up_to_date_and_names_what_a_library_change_touches(trained, t
     bumped = original.replace(version.group(0), f"SCORING_VERSION = {int(version.group(1)) + 1}")
     scoring.write_text(bumped)
     counts = rule_counts(dry_run(trained, env=env))
-    assert counts == {"evaluate": 8, "select_model": 1, "plot_slices": 2, "report": 1}
+    assert counts == {
+        "evaluate": 8,
+        "select_model": 1,
+        "plot_slices": 2,
+        "report": 1,
+        "plot_differences": 1,
+    }
 
 
 def test_audio_changed_after_the_gate_reimports_and_revalidates_its_split(trained):
@@ -433,7 +440,12 @@ def test_a_new_extra_eval_set_evaluates_only_that_set(trained):
         cfg["evaluation"]["extra_sets"] = ["tiny.train"]
         config.write_text(yaml.safe_dump(cfg))
         jobs = dry_run(trained)
-        assert rule_counts(jobs) == {"evaluate": 4, "plot_slices": 1, "report": 1}
+        assert rule_counts(jobs) == {
+            "evaluate": 4,
+            "plot_slices": 1,
+            "report": 1,
+            "plot_differences": 1,
+        }
         assert all("eval_set=tiny.train" in j for j in jobs if j.startswith("evaluate"))
 
 

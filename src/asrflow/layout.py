@@ -297,6 +297,12 @@ def check_config(config: Config) -> None:
                 f"tokenizers.{name}.corpus: unknown corpus {tok['corpus']!r}; "
                 f"choose one of {', '.join(config['corpora'])}"
             )
+    baseline = (config.get("report") or {}).get("baseline_run")
+    if baseline is not None and baseline not in config.get("runs", {}):
+        raise AsrflowError(
+            f"report.baseline_run: unknown run {baseline!r}; "
+            f"choose one of {', '.join(config.get('runs', {})) or '(no runs configured)'}"
+        )
 
 
 REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html")
@@ -304,7 +310,8 @@ REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html")
 
 def all_targets(config: Config) -> list[str]:
     """The default targets: validated and filtered corpora, trained tokenizers and, when there
-    are runs, the comparison report (which pulls in training, evaluation and selection)."""
+    are runs, the comparison report (which pulls in training, evaluation and selection) and the
+    forest plot of its WER differences."""
     targets: list[str] = []
     for name in config["corpora"]:
         targets.append(validation_report(name, "txt"))
@@ -313,4 +320,5 @@ def all_targets(config: Config) -> list[str]:
         targets.append(tokenizer_file(name, "tokens.txt"))
     if config.get("runs"):
         targets += [report_file(t) for t in REPORT_TABLES]
+        targets.append(report_file("plots", "differences.png"))
     return targets

@@ -15,6 +15,11 @@ Operational params, rule by rule (``tests/test_rerun.py`` checks that they rerun
 - ``audit_batches``, ``smoke_train``, ``train``: the recipe's
   :data:`~asrflow.train.recipe.OPERATIONAL_KEYS` (loader workers, diagnostics);
 - every rule: ``threads`` and ``resources`` (never params).
+
+Also here, because comparing settings is needed on both sides of the training stack (the stale
+work directory's log line, the report's "what changed" column) and must not import it: nested
+settings flattened to dotted keys and compared key by key (:func:`flatten`,
+:func:`changed_values`, :func:`changed_keys`).
 """
 
 from __future__ import annotations
@@ -65,3 +70,39 @@ class Operational(Mapping[str, Any]):
     def __repr__(self) -> str:
         # keys only: inside a dict param, Snakemake compares the dict's repr, which holds this
         return f"Operational({', '.join(map(str, self._values))})"
+
+
+UNSET = "(unset)"
+"""What :func:`changed_values` gives for a key one side does not have."""
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
+
+
+def changed_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, old value, new value)`` for every key whose value differs between two
+    nested settings, sorted by key; a key only one side has gets :data:`UNSET` on the other.
+
+    >>> changed_values({"optim": {"lr": 0.002, "eps": 1e-8}}, {"optim": {"lr": 0.0015}})
+    [('optim.eps', 1e-08, '(unset)'), ('optim.lr', 0.002, 0.0015)]
+    """
+    a, b = flatten(old), flatten(new)
+    return [
+        (k, a.get(k, UNSET), b.get(k, UNSET))
+        for k in sorted(set(a) | set(b))
+        if a.get(k, UNSET) != b.get(k, UNSET)
+    ]
+
+
+def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two recipes' data."""
+    return [f"{k}: {a!r} -> {b!r}" for k, a, b in changed_values(old, new)]

@@ -421,3 +421,129 @@ def test_report_pairs_each_summary_with_its_utterances_csv(tmp_path, inputs):
     assert "| good | last | demo.dev | 35.00 [25.00, 45.00] | 1.00 [0.00, 2.00] | +35.00 [+" in text
     assert "| +0.00 [+0.00, +0.00] |" in text and "paired interval" in text
     assert "+35.00 [+" in out["html"].read_text()
+
+
+# --- runs against the baseline run (issue 14, sections 1 and 4) ----------------------------------
+
+BASE_DIFF = ["wer_diff_vs_baseline", "wer_diff_vs_baseline_ci_low", "wer_diff_vs_baseline_ci_high"]
+
+
+def _runs_against_a_baseline():
+    """Three runs selecting ``last`` on demo.dev: ``same`` makes the baseline's errors, utterance
+    for utterance; ``better`` half of them; ``broken`` failed. ``same`` differs from the
+    baseline in one recipe key, ``better`` in a recipe key and the tokenizer."""
+    settings = {"optim": {"lr": 0.002}, "trainer": {"max_steps": 2400}}
+    train = {
+        "base": train_summary("base", recipe_settings=settings),
+        "same": train_summary("same", recipe_settings={**settings, "optim": {"lr": 0.0015}}),
+        "better": train_summary(
+            "better",
+            recipe_settings={**settings, "trainer": {"max_steps": 4800}},
+            hashes={**train_summary("x")["hashes"], "bpe_model": sha("z")},
+        ),
+        "broken": {
+            "run": "broken",
+            "status": "failed",
+            "error": "diverged",
+            "recipe_settings": {**settings, "optim": {"lr": 0.05}},
+        },
+    }
+    evals, selections, errors = [], {}, {}
+    rng = np.random.default_rng(1)
+    base_errors = rng.integers(1, 5, size=80)
+    for run, errs in (("base", base_errors), ("same", base_errors), ("better", base_errors // 2)):
+        for artifact in ("last", "valid.loss.best"):
+            evals.append(eval_summary(run, artifact, errs.sum() / 800))
+            errors[(run, artifact, "demo.dev")] = _errors(errs)
+        selections[run] = {"run": run, "selected": "last"}
+    return train, evals, selections, errors
+
+
+def test_each_run_against_the_baseline_run():
+    train, evals, selections, errors = _runs_against_a_baseline()
+    df = comparison_table(train, evals, selections, (), errors)
+    rows = df.set_index(["run", "artifact"])
+    assert set(df["baseline_run"]) == {"base"}  # no baseline_run given: the first run
+    # the baseline's own selected row: 0 [0, 0]; no change named
+    assert rows.loc[("base", "last"), BASE_DIFF].tolist() == [0.0, 0.0, 0.0]
+    assert pd.isna(rows.loc[("base", "last"), "changed_vs_baseline"])
+    assert not rows.loc[("base", "last"), "confounded"]
+    # identical errors: a difference of 0 whose interval contains 0; one recipe key changed
+    diff, low, high = rows.loc[("same", "last"), BASE_DIFF]
+    assert diff == 0.0 and low <= 0.0 <= high
+    assert rows.loc[("same", "last"), "changed_vs_baseline"] == "recipe: optim.lr 0.002 -> 0.0015"
+    assert not rows.loc[("same", "last"), "confounded"]
+    # clearly better: the whole interval below 0; a recipe key and the tokenizer: confounded
+    diff, low, high = rows.loc[("better", "last"), BASE_DIFF]
+    assert diff < 0 and high < 0
+    assert rows.loc[("better", "last"), "changed_vs_baseline"] == (
+        "tokenizer: bbbbbbbb -> zzzzzzzz; recipe: trainer.max_steps 2400 -> 4800"
+    )
+    assert rows.loc[("better", "last"), "confounded"]
+    # only selected artifacts are compared across runs; every row of a run names its change
+    assert rows.loc[("better", "valid.loss.best"), BASE_DIFF].isna().all()
+    assert rows.loc[("better", "valid.loss.best"), "confounded"]
+    # a failed run has no figures, but what made it differ is there
+    broken = rows.loc[("broken", NONE)]
+    assert broken[BASE_DIFF].isna().all()
+    assert broken["changed_vs_baseline"] == "recipe: optim.lr 0.002 -> 0.05"
+    text = report_markdown(df)
+    assert "[confounded] tokenizer: bbbbbbbb -> zzzzzzzz; recipe:" in text
+    assert "| (baseline run) |" in text
+    better = f"{100 * diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
+    assert f"| {better} | [confounded] tokenizer" in text
+    assert "- **broken**: diverged (vs baseline base: recipe: optim.lr 0.002 -> 0.05)" in text
+
+
+def test_baseline_run_named_and_checked():
+    train, evals, selections, errors = _runs_against_a_baseline()
+    df = comparison_table(train, evals, selections, (), errors, baseline_run="better")
+    rows = df.set_index(["run", "artifact"])
+    assert set(df["baseline_run"]) == {"better"}
+    assert rows.loc[("base", "last"), "wer_diff_vs_baseline_ci_low"] > 0  # worse than it
+    assert rows.loc[("better", "last"), BASE_DIFF].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(AsrflowError, match=r"report\.baseline_run: .*'nope'"):
+        comparison_table(train, evals, selections, (), errors, baseline_run="nope")
+
+
+def test_no_difference_to_the_baseline_across_contracts_or_cuts():
+    train, evals, selections, errors = _runs_against_a_baseline()
+    for changed in ({"contract_sha256": OTHER_CONTRACT}, {"eval_cuts_sha256": sha("f")}):
+        moved = [{**e, **changed} if e["run"] == "better" else e for e in evals]
+        df = comparison_table(train, moved, selections, (), errors)
+        row = df[(df["run"] == "better") & (df["artifact"] == "last")].iloc[0]
+        assert row[BASE_DIFF].isna().all(), changed
+        assert row["changed_vs_baseline"].startswith("tokenizer")  # the change is still named
+
+
+def test_one_run_shows_no_baseline_columns_and_archived_rows_have_none(inputs):
+    df = comparison_table(*inputs)
+    archived = df[~df["current"]].iloc[0]
+    assert pd.isna(archived["baseline_run"]) and pd.isna(archived["confounded"])
+    only = comparison_table({"good": inputs[0]["good"]}, *inputs[1:])
+    text = report_markdown(only)
+    assert "changed vs baseline" not in text and "WER diff vs baseline" not in text
+
+
+def test_report_reads_the_train_records_and_the_baseline_run(tmp_path):
+    summaries = []
+    for run, torch_version in (("a", "2.5.1"), ("b", "2.6.0")):
+        path = tmp_path / run / "summary.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(train_summary(run)))
+        record = {
+            "schema": "asrflow.provenance/1", "record_sha256": "x", "directories": [],
+            "inputs": {}, "outputs": {}, "extra_inputs": {},
+            "packages": {"python": "3.12.3", "torch": torch_version},
+        }  # fmt: skip
+        (tmp_path / run / "summary.json.prov.json").write_text(json.dumps(record))
+        summaries.append(path)
+    out = {k: tmp_path / f"comparison.{k}" for k in ("csv", "md", "html")}
+    build_report(
+        train_summaries=summaries, evaluations=[], selections=[], archive_dir=None,
+        csv_path=out["csv"], md_path=out["md"], html_path=out["html"], baseline_run="b",
+    )  # fmt: skip
+    table = pd.read_csv(out["csv"]).set_index("run")
+    assert table.loc["a", "changed_vs_baseline"] == "packages: torch 2.6.0 -> 2.5.1"
+    assert table.loc["a", "baseline_run"] == "b" and not table.loc["a", "confounded"]
+    assert "(vs baseline b: packages: torch 2.6.0 -> 2.5.1)" in out["md"].read_text()

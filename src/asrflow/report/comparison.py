@@ -11,8 +11,10 @@ Inputs are the JSON summaries other rules write:
 - archived eval summaries: results of earlier data or model revisions, kept by artifact hash
   (:mod:`asrflow.evaluate.archive`);
 - per-utterance errors of the current evaluations (their ``utterances.csv``), for each
-  artifact's WER difference against its run's selected artifact
-  (:mod:`asrflow.report.differences`).
+  artifact's WER difference against its run's selected artifact, and each run's selected
+  artifact against the baseline run's (:mod:`asrflow.report.differences`);
+- the train steps' provenance records, for what else differs from the baseline run
+  (:mod:`asrflow.report.changes`).
 
 ``wer_ci_low`` ... ``cer_ci_high`` are the summaries' 95 % intervals (a bootstrap over utterances,
 :mod:`asrflow.evaluate.intervals`; empty for summaries written before they existed).
@@ -38,10 +40,13 @@ from typing import Any
 import pandas as pd
 
 from asrflow.evaluate.archive import ARCHIVE_KEY, DECODING_KEY
+from asrflow.report.changes import CHANGE_COLUMNS, baseline_of, change_columns
 from asrflow.report.differences import (
+    BASELINE_DIFF_COLUMNS,
     DIFF_COLUMNS,
     EvalKey,
     UtteranceErrors,
+    differences_vs_baseline,
     differences_vs_selected,
 )
 
@@ -83,10 +88,12 @@ COLUMNS = (
     "cer",
     *INTERVALS,
     *DIFF_COLUMNS,
+    *BASELINE_DIFF_COLUMNS,
     "rank",
     "selected",
     "status",
     "error",
+    *CHANGE_COLUMNS,
     "current",
     *COUNTS,
     "sentence_error_rate",
@@ -235,6 +242,9 @@ def comparison_table(
     selections: Mapping[str, Mapping[str, Any]],
     archived: Sequence[Mapping[str, Any]] = (),
     utterance_errors: Mapping[EvalKey, UtteranceErrors] | None = None,
+    *,
+    train_records: Mapping[str, Mapping[str, Any]] | None = None,
+    baseline_run: str | None = None,
 ) -> pd.DataFrame:
     """One row per run x artifact x eval set (columns :data:`COLUMNS`), sorted by those three.
 
@@ -251,7 +261,14 @@ def comparison_table(
       contract; never across contracts.
     - ``wer_diff_vs_selected`` and its interval: from ``utterance_errors`` (per
       ``(run, artifact, eval_set)``), :func:`asrflow.report.differences.differences_vs_selected`.
+    - ``baseline_run``, ``changed_vs_baseline``, ``confounded`` (current rows, failed runs
+      included): the baseline (``baseline_run``, else the first of ``train_summaries``) and what
+      differs from it (:mod:`asrflow.report.changes`; ``train_records``: the train steps'
+      provenance records); ``wer_diff_vs_baseline`` and its interval on selected rows
+      (:func:`asrflow.report.differences.differences_vs_baseline`).
     """
+    baseline = baseline_of(list(train_summaries), baseline_run)
+    changes = change_columns(train_summaries, train_records or {}, baseline)
     rows: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
     evaluated: set[str] = set()
@@ -260,14 +277,14 @@ def comparison_table(
         evaluated.add(run)
         seen.add(_key(summary))
         row = _eval_columns(summary)
-        row.update(_train_columns(train_summaries.get(run)))
+        row.update(_train_columns(train_summaries.get(run)), **changes.get(run, {}))
         row["current"] = True
         row["selected"] = _is_selected(summary, selections.get(run))
         rows.append(row)
     for run, train in train_summaries.items():
         if run not in evaluated:
             row = {"run": run, "artifact": NONE, "eval_set": NONE, "current": True}
-            row.update(_train_columns(train))
+            row.update(_train_columns(train), **changes.get(run, {}))
             row["selected"] = False
             rows.append(row)
     for summary in archived:
@@ -279,12 +296,13 @@ def comparison_table(
         rows.append(row)
     df = _frame(rows)
     df[list(DIFF_COLUMNS)] = differences_vs_selected(df, utterance_errors or {})
+    df[list(BASELINE_DIFF_COLUMNS)] = differences_vs_baseline(df, utterance_errors or {}, baseline)
     return df
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS)
+    numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS, *BASELINE_DIFF_COLUMNS)
     for col in (*numeric, "audio_seconds", "decode_seconds", "effective_batch_seconds"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     for col in (*COUNTS, "steps", "epochs", "num_parameters", "world_size"):
@@ -293,6 +311,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         df[col] = df[col].astype(object)
     for col in ("selected", "current"):
         df[col] = df[col].fillna(False).astype(bool)
+    df["confounded"] = df["confounded"].astype("boolean")  # empty for archived rows
     df["rank"] = _ranks(df)
     df = df.sort_values(
         ["run", "eval_set", "artifact", "current"],

@@ -11,6 +11,12 @@ archived rows and runs without evaluations: their utterances are not at hand). T
 row's own difference is 0 with the interval [0, 0], which is what the paired bootstrap of a
 system against itself gives (computed without resampling).
 
+Between runs (:data:`BASELINE_DIFF_COLUMNS`, :func:`differences_vs_baseline`): each run's
+selected artifact against the baseline run's selected artifact (``report.baseline_run``, else the
+first configured run; :mod:`asrflow.report.changes` names what else differs between the two runs)
+on each eval set both were evaluated on, under the same conditions; only the selected rows get
+them, and the baseline's own selected rows 0 [0, 0].
+
 Example::
 
     errors = {("r1", "last", "demo.dev"): read_utterance_errors(".../utterances.csv"), ...}
@@ -37,6 +43,12 @@ DIFF_COLUMNS = (
     "wer_diff_vs_selected_ci_high",
 )
 
+BASELINE_DIFF_COLUMNS = (
+    "wer_diff_vs_baseline",
+    "wer_diff_vs_baseline_ci_low",
+    "wer_diff_vs_baseline_ci_high",
+)
+
 EvalKey = tuple[str, str, str]
 """``(run, artifact, eval_set)`` of one evaluation."""
 
@@ -54,27 +66,64 @@ def differences_vs_selected(
     chosen = {(r["run"], r["eval_set"]): r for _, r in selected.iterrows()}
     for i, row in current.iterrows():
         ref = chosen.get((row["run"], row["eval_set"]))
-        if ref is None or not _same_scoring(row, ref):
-            continue
-        mine, theirs = (errors.get(_key(r)) for r in (row, ref))
-        if mine is None or theirs is None:
-            continue
-        if _key(row) == _key(ref):  # itself; without reference words it has no WER either
-            out.loc[i] = (0.0, 0.0, 0.0) if mine.ref_words.sum() else np.nan
-            continue
-        result = paired_difference(mine, theirs, bootstrap)
-        if result is None:
-            log.warning(
-                "%s %s on %s: its utterances or references differ from the selected %s's; "
-                "no paired difference",
-                row["run"],
-                row["artifact"],
-                row["eval_set"],
-                ref["artifact"],
-            )
-            continue
-        out.loc[i] = result
+        if ref is not None:
+            out.loc[i] = _paired(row, ref, errors, bootstrap, "the selected")
     return out
+
+
+def differences_vs_baseline(
+    df: pd.DataFrame,
+    errors: Mapping[EvalKey, UtteranceErrors],
+    baseline: str | None,
+    bootstrap: Bootstrap = BOOTSTRAP,
+) -> pd.DataFrame:
+    """The :data:`BASELINE_DIFF_COLUMNS` of every row of the comparison ``df`` (same index):
+    each run's selected artifact against the ``baseline`` run's selected artifact on the same
+    eval set, under the same rules as :func:`differences_vs_selected` (current rows, one
+    contract, the same eval cuts, the same utterances). Other rows get empty cells; the
+    baseline's own selected rows 0 [0, 0]."""
+    out = pd.DataFrame(np.nan, index=df.index, columns=list(BASELINE_DIFF_COLUMNS), dtype="float64")
+    if baseline is None:
+        return out
+    current = df[df["current"].astype(bool)]
+    selected = current[current["selected"].astype(bool)]
+    chosen = {r["eval_set"]: r for _, r in selected[selected["run"] == baseline].iterrows()}
+    for i, row in selected.iterrows():
+        ref = chosen.get(row["eval_set"])
+        if ref is not None:
+            out.loc[i] = _paired(row, ref, errors, bootstrap, f"baseline {baseline}'s selected")
+    return out
+
+
+def _paired(
+    row: Mapping[str, Any],
+    ref: Mapping[str, Any],
+    errors: Mapping[EvalKey, UtteranceErrors],
+    bootstrap: Bootstrap,
+    what: str,
+) -> tuple[float, float, float]:
+    """``row``'s WER minus ``ref``'s with the paired interval; NaNs where they are not
+    comparable (contract, cuts, utterances) or their utterances are not at hand."""
+    missing = (np.nan, np.nan, np.nan)
+    if not _same_scoring(row, ref):
+        return missing
+    mine, theirs = (errors.get(_key(r)) for r in (row, ref))
+    if mine is None or theirs is None:
+        return missing
+    if _key(row) == _key(ref):  # itself; without reference words it has no WER either
+        return (0.0, 0.0, 0.0) if mine.ref_words.sum() else missing
+    result = paired_difference(mine, theirs, bootstrap)
+    if result is None:
+        log.warning(
+            "%s %s on %s: its utterances or references differ from %s %s's; no paired difference",
+            row["run"],
+            row["artifact"],
+            row["eval_set"],
+            what,
+            ref["artifact"],
+        )
+        return missing
+    return result
 
 
 def _key(row: Mapping[str, Any]) -> EvalKey:

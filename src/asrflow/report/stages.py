@@ -15,7 +15,7 @@ from asrflow.io import read_json
 from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
 from asrflow.report.comparison import comparison_table
 from asrflow.report.differences import EvalKey
-from asrflow.report.plots import plot_learning_curves, plot_slice_wer
+from asrflow.report.plots import plot_learning_curves, plot_slice_wer, plot_wer_differences
 from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code
 from asrflow.types import Pathlike
@@ -33,29 +33,41 @@ def build_report(
     md_path: Pathlike,
     html_path: Pathlike,
     utterances: Sequence[Pathlike] = (),
+    baseline_run: str | None = None,
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
     asrflow modules that trained or evaluated it and differ in this checkout now.
     ``utterances``: the evaluations' ``utterances.csv`` (each beside its ``summary.json``), for
-    the WER differences against each run's selected artifact."""
+    the WER differences against each run's selected artifact and the baseline run's.
+    ``baseline_run`` (``report.baseline_run``; default: the first of ``train_summaries``, which
+    come in config order): the run every other is compared with, what differs from it read from
+    the train summaries and their provenance records."""
     checkout = Checkout()
     trains: dict[str, dict] = {}
+    records: dict[str, dict] = {}
     train_code: dict[str, list[str]] = {}
     for path in train_summaries:
         summary = read_json(path)
         trains[summary["run"]] = summary
-        train_code[summary["run"]] = _changed_code(path, checkout)
+        record = _record(path)
+        if record is not None:
+            records[summary["run"]] = record
+        train_code[summary["run"]] = changed_code(record, checkout) if record else []
     selected = {s["run"]: s for s in map(read_json, selections)}
     archived = load_archive(archive_dir) if archive_dir and Path(archive_dir).is_dir() else []
     evals = []
     for path in evaluations:
         summary = read_json(path)
-        changed = train_code.get(summary.get("run"), []) + _changed_code(path, checkout)
+        record = _record(path)
+        changed = train_code.get(summary.get("run"), [])
+        changed += changed_code(record, checkout) if record else []
         summary["code_changed"] = sorted(set(changed))
         evals.append(summary)
     errors = _utterance_errors(evaluations, evals, utterances)
-    df = comparison_table(trains, evals, selected, archived, errors)
+    df = comparison_table(
+        trains, evals, selected, archived, errors, train_records=records, baseline_run=baseline_run
+    )
     write_report_tables(df, csv_path, md_path, html_path)
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
@@ -83,16 +95,17 @@ def _utterance_errors(
     return out
 
 
-def _changed_code(output: Pathlike, checkout: Checkout) -> list[str]:
-    """The asrflow modules (and script) that made ``output`` and differ in this checkout now
-    (from its provenance record; none when it has no record)."""
+def _record(output: Pathlike) -> dict | None:
+    """The provenance record of the step that made ``output`` (``None`` when it has none, or
+    one that does not read as a record). What ``code_changed`` is taken from: the asrflow
+    modules (and script) that made ``output`` and differ in this checkout now."""
     record = Path(f"{output}{RECORD_SUFFIX}")
     if not record.is_file():
-        return []
+        return None
     try:
-        return changed_code(read_record(record), checkout)
+        return read_record(record)
     except InvalidRecord:
-        return []
+        return None
 
 
 def learning_curves(artifacts: Pathlike, out_png: Pathlike, run: str) -> None:
@@ -101,3 +114,7 @@ def learning_curves(artifacts: Pathlike, out_png: Pathlike, run: str) -> None:
 
 def slice_plot(evaluations: Sequence[Pathlike], out_png: Pathlike, eval_set: str) -> None:
     plot_slice_wer([read_json(p) for p in evaluations], out_png, eval_set=eval_set)
+
+
+def difference_plot(comparison_csv: Pathlike, out_png: Pathlike) -> None:
+    plot_wer_differences(comparison_csv, out_png)

@@ -50,6 +50,18 @@ INTERVAL_NOTE = (
 )
 """What the bracketed figures of the Markdown and HTML tables mean."""
 
+CONFOUNDED = "[confounded]"
+"""Marks a run that differs from the baseline run in more than one way."""
+
+BASELINE_NOTE = (
+    "WER diff vs baseline: a run's selected artifact against the baseline run's selected "
+    "artifact on the same eval set (paired by utterance, as above). Changed vs baseline: what "
+    "differs from the baseline run (data, tokenizer, recipe keys old -> new, start weights, "
+    f"effective batch, update budget, code, packages); {CONFOUNDED}: more than one of these, "
+    "so a WER difference cannot be put down to one of them."
+)
+"""What the run-against-baseline columns of the Markdown and HTML tables mean."""
+
 
 def _num(value: Any, digits: int = 3) -> str:
     return "" if _missing(value) else f"{float(value):.{digits}f}"
@@ -79,6 +91,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
             "WER %": _rate_cells(df, "wer"),
             "CER %": _rate_cells(df, "cer"),
             "WER diff vs selected": _rate_cells(df, "wer_diff_vs_selected", "+"),
+            "WER diff vs baseline": _rate_cells(df, "wer_diff_vs_baseline", "+"),
+            "changed vs baseline": [_change(r) for r in df.itertuples()],
             "rank": df["rank"].map(_text),
             "selected": df["selected"].map(lambda s: "yes" if s else ""),
             "status": df["status"].map(_text),
@@ -97,6 +111,30 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+BASELINE_CELL = "(baseline run)"
+"""The change cell of the baseline run's own rows (not to be read as a fine-tuning run's
+``baseline`` artifact, its start weights)."""
+
+BASELINE_VIEW = ["WER diff vs baseline", "changed vs baseline"]
+"""Columns of :func:`display_table` shown only where there is another run to compare with."""
+
+
+def _compared(df: pd.DataFrame) -> bool:
+    """More than one current run: the baseline columns say something."""
+    return df.loc[df["current"], "run"].nunique() > 1
+
+
+def _change(row: Any) -> str:
+    """What differs from the baseline run, :data:`CONFOUNDED` first where it is more than one
+    thing; :data:`BASELINE_CELL` on the baseline run's rows, empty without a baseline."""
+    if _missing(row.baseline_run):
+        return ""
+    if row.run == row.baseline_run:
+        return BASELINE_CELL
+    text = _text(row.changed_vs_baseline)
+    return f"{CONFOUNDED} {text}" if not _missing(row.confounded) and row.confounded else text
+
+
 def _notes(row: Any) -> str:
     notes = []
     if not _missing(row.decoded_by):
@@ -104,6 +142,14 @@ def _notes(row: Any) -> str:
     if not _missing(row.code_changed):
         notes.append(f"code changed since: {row.code_changed}")
     return "; ".join(notes)
+
+
+def _vs_baseline(row: Any) -> str:
+    """`` (vs baseline r1: recipe: optim.lr ...)`` for a run listed outside the results table."""
+    change = _change(row)
+    if not change or change == BASELINE_CELL:
+        return ""
+    return f" (vs baseline {row.baseline_run}: {_md_cell(change)})"
 
 
 def code_notes(df: pd.DataFrame) -> list[str]:
@@ -150,19 +196,25 @@ def report_markdown(df: pd.DataFrame) -> str:
         lines += ["No evaluation results.", ""]
     else:
         view = display_table(current).drop(columns=["current"])
+        if not _compared(df):
+            view = view.drop(columns=BASELINE_VIEW)
         lines += [markdown_table(view), "", INTERVAL_NOTE, ""]
+        lines += [BASELINE_NOTE, ""] if _compared(df) else []
     failed = df[df["status"] == "failed"].drop_duplicates("run")
     if not failed.empty:
         lines += ["## Failed runs", ""]
         lines += [
             f"- **{r.run}**: {_md_cell(_text(r.error)) or 'no error message recorded'}"
+            + _vs_baseline(r)
             for r in failed.itertuples()
         ]
         lines.append("")
     pending = df[df["current"] & (df["eval_set"] == NONE) & (df["status"] != "failed")]
     if not pending.empty:
         lines += ["## Not evaluated", ""]
-        lines += [f"- {r.run} (status {_text(r.status)})" for r in pending.itertuples()]
+        lines += [
+            f"- {r.run} (status {_text(r.status)}){_vs_baseline(r)}" for r in pending.itertuples()
+        ]
         lines.append("")
     archived = df[~df["current"]]
     if not archived.empty:
@@ -177,6 +229,7 @@ def report_markdown(df: pd.DataFrame) -> str:
                 "status",
                 "current",
                 "WER diff vs selected",
+                *BASELINE_VIEW,
                 "data sha",
                 "tokenizer sha",
                 "budget",
@@ -201,6 +254,8 @@ table.asrflow tr.archived td { color: #777; }
 def report_html(df: pd.DataFrame) -> str:
     """The comparison as one HTML page; selected rows highlighted, failed and archived marked."""
     view = display_table(df)
+    if not _compared(df):
+        view = view.drop(columns=BASELINE_VIEW)
     view["error"] = df["error"].map(_text).reset_index(drop=True)
     table = view.to_html(index=False, classes="asrflow", border=0, escape=True, na_rep="")
     head, sep, body = table.partition("<tbody>")
@@ -232,11 +287,12 @@ def report_html(df: pd.DataFrame) -> str:
     else:
         intro = ""
     intro += "".join(f'<div class="warning">{html.escape(n)}</div>' for n in code_notes(df))
+    baseline_note = f"<p>{html.escape(BASELINE_NOTE)}</p>\n" if _compared(df) else ""
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
-        f"<p>{html.escape(INTERVAL_NOTE)}</p>\n</body>\n</html>\n"
+        f"<p>{html.escape(INTERVAL_NOTE)}</p>\n{baseline_note}</body>\n</html>\n"
     )
 
 

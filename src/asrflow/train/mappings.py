@@ -1,4 +1,5 @@
-"""Nested recipe data (sections of settings): drop keys, flatten, compare, merge overrides."""
+"""Nested recipe data (sections of settings): drop keys, merge overrides (flattening and
+comparing them: :mod:`asrflow.params`)."""
 
 from __future__ import annotations
 
@@ -15,29 +16,6 @@ def without_keys(data: Mapping[str, Any], dotted: frozenset[str]) -> dict[str, A
         if isinstance(out.get(section), dict):
             out[section].pop(key, None)
     return out
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}`` (lists stay values)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{path}."))
-        else:
-            out[path] = value
-    return out
-
-
-def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``key: old -> new`` for every dotted key whose value differs between two recipes' data."""
-    a, b = flatten(old), flatten(new)
-    missing = "(unset)"
-    return [
-        f"{k}: {a.get(k, missing)!r} -> {b.get(k, missing)!r}"
-        for k in sorted(set(a) | set(b))
-        if a.get(k, missing) != b.get(k, missing)
-    ]
 
 
 def deep_merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

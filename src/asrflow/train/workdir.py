@@ -32,7 +32,7 @@ from typing import Any
 
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json
-from asrflow.train.mappings import changed_keys
+from asrflow.params import changed_keys
 
 log = logging.getLogger(__name__)
 
