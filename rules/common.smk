@@ -10,6 +10,7 @@ from asrflow.artifacts import BASELINE, is_average
 from asrflow.data.audio_state import refresh_audio_state
 from asrflow.errors import AsrflowError
 from asrflow.params import canonical
+from asrflow.replicas import expand_replicas, replica_runs
 from asrflow.settings import config_error_message
 from asrflow.train.recipe import AUDIT_SECTIONS
 from asrflow.export.find import tracked_weights
@@ -21,6 +22,8 @@ share_package_with_jobs(f"{workflow.basedir}/src")
 # a bad config stops here with one line naming the key (not Snakemake's dump of the schema)
 try:
     validate(config, "../config/config.schema.yaml")
+    # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
+    config.update(expand_replicas(config))
     layout.check_config(config)
 except WorkflowError as e:
     raise WorkflowError(config_error_message(e, "config")) from None

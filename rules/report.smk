@@ -53,6 +53,7 @@ rule report:
             caption="../report/comparison.rst",
             category="Comparison",
         ),
+        replicas=layout.report_file("replicas.csv"),
         record=layout.prov(layout.report_file("comparison.csv")),
     log:
         layout.log("report", "comparison"),
@@ -63,6 +64,7 @@ rule report:
     params:
         archive=layout.eval_archive(),
         baseline_run=config["report"]["baseline_run"],
+        replicas=replica_runs(config),
     script:
         "../scripts/report.py"
 

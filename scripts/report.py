@@ -18,4 +18,7 @@ with step(snakemake) as s:
         html_path=snakemake.output.html,
         # report.baseline_run (null: the first configured run)
         baseline_run=snakemake.params.get("baseline_run"),
+        # runs.<run>.seeds: which runs are replicas of which (asrflow.replicas.replica_runs)
+        replicas=snakemake.params.get("replicas"),
+        replicas_path=snakemake.output.replicas,
     )

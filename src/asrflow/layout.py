@@ -262,7 +262,7 @@ def eval_sets(config: Config, name: str) -> list[str]:
 
 def slice_fields(config: Config, eval_set: str) -> list[str]:
     """The manifest fields an eval set's results are broken down by (its corpus's slice_fields)."""
-    return list(corpus(config, eval_set_split(config, eval_set)[0]).get("slice_fields", []))
+    return list(corpus(config, eval_set_split(config, eval_set)[0])["slice_fields"])
 
 
 def check_config(config: Config) -> None:
@@ -305,13 +305,16 @@ def check_config(config: Config) -> None:
         )
 
 
-REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html")
+REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html", "replicas.csv")
 
 
 def all_targets(config: Config) -> list[str]:
     """The default targets: validated and filtered corpora, trained tokenizers and, when there
-    are runs, the comparison report (which pulls in training, evaluation and selection) and the
-    forest plot of its WER differences."""
+    are runs, every run's train summary, the comparison report (which pulls in training,
+    evaluation and selection) and the forest plot of its WER differences. The train summaries
+    are asked for here because the report asks for one run's training at a time (a checkpoint:
+    what follows depends on how it ended); as targets, the train jobs of all runs (and seed
+    replicas) are scheduled at once and run side by side where there is room."""
     targets: list[str] = []
     for name in config["corpora"]:
         targets.append(validation_report(name, "txt"))
@@ -319,6 +322,7 @@ def all_targets(config: Config) -> list[str]:
     for name in config.get("tokenizers", {}):
         targets.append(tokenizer_file(name, "tokens.txt"))
     if config.get("runs"):
+        targets += [run_file(name, "train", "summary.json") for name in config["runs"]]
         targets += [report_file(t) for t in REPORT_TABLES]
         targets.append(report_file("plots", "differences.png"))
     return targets

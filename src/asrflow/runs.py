@@ -4,6 +4,10 @@ A run's recipe with its overrides (hardware from ``runs.<run>.resources``; the s
 single-CPU steps), the params of the training and evaluation rules (settings that change a result,
 and :class:`~asrflow.params.Operational` ones that do not), the artifacts a run exports and the
 sampling rates its model expects. Paths and the plain config lookups are in :mod:`asrflow.layout`.
+
+Every function takes the config as the schema check leaves it (``rules/common.smk``;
+:func:`asrflow.settings.with_defaults`), the schema's defaults filled in: a default is never
+repeated here.
 """
 
 from __future__ import annotations
@@ -31,15 +35,14 @@ from asrflow.train.recipe import load_recipe
 def train_overrides(config: Config, name: str) -> dict[str, Any]:
     """A run's recipe overrides with the trainer's hardware taken from ``runs.<run>.resources``."""
     r = run(config, name)
-    res = r.get("resources", {})
-    devices = int(res.get("devices", 0))
-    overrides = {
-        k: dict(v) if isinstance(v, Mapping) else v for k, v in r.get("overrides", {}).items()
-    }
+    res = r["resources"]
+    devices = int(res["devices"])
+    overrides = {k: dict(v) if isinstance(v, Mapping) else v for k, v in r["overrides"].items()}
+    # overrides name only the recipe sections they change: an absent one is not overridden
     trainer = dict(overrides.get("trainer", {}))
     trainer.update(
         devices=max(1, devices),
-        num_nodes=int(res.get("nodes", 1)),
+        num_nodes=int(res["nodes"]),
         accelerator="gpu" if devices > 0 else "cpu",
     )
     overrides["trainer"] = trainer
@@ -48,9 +51,8 @@ def train_overrides(config: Config, name: str) -> dict[str, Any]:
 
 def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
     """The overrides of a run's smoke test: same recipe, a few single-CPU steps."""
-    smoke = config.get("smoke", {})
     overrides = train_overrides(config, name)
-    steps = int(smoke.get("max_steps", 3))
+    steps = int(config["smoke"]["max_steps"])
     overrides["trainer"].update(
         devices=1,
         num_nodes=1,
@@ -85,7 +87,7 @@ def frontend_rates(config: Config, corpus: str) -> dict[str, int]:
     """``{run: sampling rate its model's frontend expects}`` for the runs that train or validate
     on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none)."""
     rates = {}
-    for name in config.get("runs", {}):
+    for name in config["runs"]:
         if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
             rates[name] = model_sample_rate(run_recipe(config, name).model.get("frontend_conf"))
     return rates
@@ -129,7 +131,7 @@ def eval_params(config: Config) -> dict[str, Any]:
 def has_baseline(config: Config, name: str) -> bool:
     """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package
     or an ESPnet model directory) has a ``baseline`` artifact: its start weights."""
-    init = run(config, name).get("init")
+    init = run(config, name).get("init")  # no default: a run without init starts from scratch
     if not init:
         return False
     try:

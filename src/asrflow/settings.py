@@ -1,12 +1,84 @@
-"""Reading a settings dataclass from a config mapping, the same way everywhere."""
+"""The workflow config and its settings, read the same way everywhere.
+
+:func:`with_defaults` validates a config against ``config/config.schema.yaml`` and fills in the
+schema's defaults, as ``rules/common.smk`` does with Snakemake's ``validate``: the schema is the
+one source of defaults, and code given a validated config indexes it (``run["resources"]``)
+instead of repeating a default (``.get("resources", {})``). :func:`known_settings` reads a
+settings dataclass from a config section; :func:`config_error_message` words a failed validation.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.types import Pathlike
+
+SCHEMA = Path("config") / "config.schema.yaml"
+"""The config schema, relative to the repository root."""
+
+
+def schema_file() -> Path:
+    """``config/config.schema.yaml`` of the repository this package is in (``src/asrflow/`` is
+    installed editable, or shared with the jobs, from the repository), else of the current
+    directory (Snakemake runs the workflow from its root)."""
+    here = Path(__file__).resolve().parents[2] / SCHEMA
+    for candidate in (here, Path.cwd() / SCHEMA):
+        if candidate.is_file():
+            return candidate
+    raise AsrflowError(
+        f"the config schema is neither at {here} nor at {Path.cwd() / SCHEMA}: asrflow reads it "
+        "from the repository it is installed from (pip install -e .); run from the repository root"
+    )
+
+
+def _filling_validator(schema: Mapping[str, Any]) -> Any:
+    """A Draft 2020-12 validator that fills in defaults while it validates: jsonschema's FAQ
+    recipe, as ``snakemake.utils.validate(..., set_default=True)`` extends it, except that each
+    default is a copy (Snakemake's runs share one ``resources`` dict, the schema's own)."""
+    from jsonschema import Draft202012Validator, validators
+
+    validate_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(
+        validator: Any, properties: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+    ) -> Iterator[Any]:
+        if isinstance(instance, dict):  # else the type check reports it, as it should
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(Draft202012Validator, {"properties": set_defaults})(schema)
+
+
+def with_defaults(
+    config: Mapping[str, Any], schema: Pathlike | None = None, *, source: str = "the config"
+) -> dict[str, Any]:
+    """A copy of ``config`` validated against the schema (``schema``, default
+    :func:`schema_file`) with the schema's defaults filled in, equal to what
+    ``snakemake.utils.validate(config, schema)`` leaves in the workflow's config. An invalid
+    config is an :class:`AsrflowError` (:func:`config_error_message`, naming ``source``). The
+    input is not modified.
+
+    >>> with_defaults({"corpora": {"c": {"source": "synthetic"}}})["smoke"]
+    {'max_train_cuts': 16, 'max_dev_cuts': 4, 'max_steps': 3}
+    """
+    import yaml
+    from jsonschema.exceptions import ValidationError
+
+    path = Path(schema) if schema is not None else schema_file()
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    filled = copy.deepcopy(dict(config))
+    try:
+        _filling_validator(loaded).validate(filled)
+    except ValidationError as e:
+        raise AsrflowError(config_error_message(e, source)) from None
+    return filled
 
 
 def known_settings(cls: type, d: Mapping[str, Any] | None, section: str) -> dict[str, Any]:

@@ -14,7 +14,13 @@ import yaml
 from asrflow.errors import AsrflowError
 from asrflow.export.find import check_token_list, find_weights, tracked_weights
 from asrflow.train.init import MAX_LISTED, InitConfig, InitMismatch, apply_init, select_keys
+from tests.configs import run_settings
 from tests.train.tiny_espnet import TINY_CTC_MODEL, TOKENS, build_asr_model
+
+
+def init(d: dict) -> dict:
+    """``runs.<run>.init`` as the schema check leaves it, defaults filled in."""
+    return run_settings(init=d)["init"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,7 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_a_saved_state_dict_loads_into_another_model(models, fresh, source_pth):
     source = models[0].state_dict()
     assert not all(_equal(fresh.state_dict()[k], v) for k, v in source.items())
-    record = apply_init(fresh, {"model": str(source_pth)})
+    record = apply_init(fresh, init({"model": str(source_pth)}))
     after = fresh.state_dict()
     assert all(_equal(after[k], v) for k, v in source.items())
     assert record["loaded_keys"] == len(source)
@@ -64,7 +70,7 @@ def test_a_saved_state_dict_loads_into_another_model(models, fresh, source_pth):
 
 def test_the_record_has_the_sha256_of_the_weights_file(fresh, source_pth, caplog):
     with caplog.at_level(logging.INFO, logger="asrflow.train.init"):
-        record = apply_init(fresh, {"model": str(source_pth.parent)})
+        record = apply_init(fresh, init({"model": str(source_pth.parent)}))
     assert record["weights_sha256"] == hashlib.sha256(source_pth.read_bytes()).hexdigest()
     assert record["model"] == str(source_pth.parent)
     assert record["weights"] == str(source_pth)
@@ -75,7 +81,9 @@ def test_include_exclude_keep_the_encoder_and_reinitialise_ctc(models, fresh, so
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
     record = apply_init(
         fresh,
-        {"model": str(source_pth), "include": ["encoder.*", "frontend.*"], "exclude": ["ctc.*"]},
+        init(
+            {"model": str(source_pth), "include": ["encoder.*", "frontend.*"], "exclude": ["ctc.*"]}
+        ),
     )
     source, after = models[0].state_dict(), fresh.state_dict()
     encoder = [k for k in source if k.startswith("encoder.")]
@@ -94,7 +102,7 @@ def test_shape_mismatch_names_the_key_and_both_shapes(models, fresh, tmp_path):
     torch.save(models[2].state_dict(), path)
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
     with pytest.raises(InitMismatch) as err:
-        apply_init(fresh, {"model": str(path)})
+        apply_init(fresh, init({"model": str(path)}))
     msg = str(err.value)
     assert f"init: {path} (init.model {str(path)!r}) does not fit the run's model" in msg
     wide, narrow = models[2].state_dict(), fresh.state_dict()
@@ -114,11 +122,11 @@ def test_a_key_the_model_lacks_is_an_error_unless_excluded(models, fresh, tmp_pa
     path = tmp_path / "extra.pth"
     torch.save(state, path)
     with pytest.raises(InitMismatch) as err:
-        apply_init(fresh, {"model": str(path)})
+        apply_init(fresh, init({"model": str(path)}))
     msg = str(err.value)
     assert "1 key(s) the model lacks: 'decoder.embed.0.weight' (3, 3)" in msg
     assert "they start with decoder.*" in msg and str(path) in msg
-    record = apply_init(fresh, {"model": str(path), "exclude": ["decoder.*"]})
+    record = apply_init(fresh, init({"model": str(path), "exclude": ["decoder.*"]}))
     assert record["skipped_keys"] == 1
 
 
@@ -130,13 +138,13 @@ def test_keys_the_file_lacks_are_an_error_unless_excluded(models, fresh, tmp_pat
     torch.save({k: v for k, v in source.items() if k not in ctc}, path)
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
     with pytest.raises(InitMismatch) as err:
-        apply_init(fresh, {"model": str(path)})
+        apply_init(fresh, init({"model": str(path)}))
     msg = str(err.value)
     assert f"{len(ctc)} model key(s) selected by include ['*'] and exclude [] that the file " in msg
     assert f"{ctc[0]!r} {tuple(source[ctc[0]].shape)}" in msg
     assert "they start with ctc.*" in msg
     assert all(_equal(fresh.state_dict()[k], v) for k, v in before.items())
-    record = apply_init(fresh, {"model": str(path), "exclude": ["ctc.*"]})
+    record = apply_init(fresh, init({"model": str(path), "exclude": ["ctc.*"]}))
     assert record["loaded_keys"] == len(source) - len(ctc)
 
 
@@ -149,7 +157,7 @@ def test_all_three_kinds_are_listed_together(models, fresh, tmp_path):
     path = tmp_path / "mixed.pth"
     torch.save(state, path)
     with pytest.raises(InitMismatch) as err:
-        apply_init(fresh, {"model": str(path)})
+        apply_init(fresh, init({"model": str(path)}))
     msg = str(err.value)
     assert "1 key(s) the model lacks: 'extra.weight' (2,)" in msg
     assert f"1 shape mismatch(es), the file's shape vs the model's: {key!r}" in msg
@@ -162,12 +170,12 @@ def test_a_load_that_changes_nothing_is_caught(fresh, source_pth, monkeypatch):
 
     monkeypatch.setattr(fresh, "load_state_dict", lambda *a, **k: _IncompatibleKeys([], []))
     with pytest.raises(AsrflowError, match="did not arrive in the model"):
-        apply_init(fresh, {"model": str(source_pth)})
+        apply_init(fresh, init({"model": str(source_pth)}))
 
 
 def test_nothing_selected_is_an_error(fresh, source_pth):
     with pytest.raises(AsrflowError, match="no key"):
-        apply_init(fresh, {"model": str(source_pth), "include": ["encoders.*"]})
+        apply_init(fresh, init({"model": str(source_pth), "include": ["encoders.*"]}))
 
 
 def test_a_lightning_checkpoint_loses_the_model_prefix(models, fresh, tmp_path):
@@ -179,7 +187,7 @@ def test_a_lightning_checkpoint_loses_the_model_prefix(models, fresh, tmp_path):
     }
     path = tmp_path / "last.ckpt"
     torch.save(ckpt, path)
-    apply_init(fresh, {"model": str(path)})
+    apply_init(fresh, init({"model": str(path)}))
     assert all(_equal(fresh.state_dict()[k], v) for k, v in source.items())
 
 
@@ -265,52 +273,47 @@ def _package(tmp_path: Path, models, token_list) -> Path:
 def test_an_asrflow_package_is_found_and_its_digest_checked(models, fresh, tmp_path):
     pkg = _package(tmp_path, models, list(TOKENS))
     assert find_weights(pkg) == pkg / "model.pth"
-    record = apply_init(fresh, {"model": str(pkg)})
+    record = apply_init(fresh, init({"model": str(pkg)}))
     assert (
         record["weights_sha256"]
         == json.loads((pkg / "package.json").read_text())["files"]["model.pth"]
     )
     torch.save(models[1].state_dict(), pkg / "model.pth")
     with pytest.raises(AsrflowError, match=r"SHA-256 differs.*package\.json"):
-        apply_init(fresh, {"model": str(pkg)})
+        apply_init(fresh, init({"model": str(pkg)}))
 
 
 def test_reuse_tokenizer_checks_the_token_list(models, fresh, tmp_path):
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("\n".join(TOKENS) + "\n", encoding="utf-8")
     pkg = _package(tmp_path, models, list(TOKENS))
-    record = apply_init(fresh, {"model": str(pkg), "reuse_tokenizer": True}, tokens=tokens)
+    record = apply_init(fresh, init({"model": str(pkg), "reuse_tokenizer": True}), tokens=tokens)
     assert record["reuse_tokenizer"] is True
     other = tmp_path / "other.txt"
     other.write_text("\n".join([*TOKENS[:5], "zz", *TOKENS[6:]]) + "\n", encoding="utf-8")
     with pytest.raises(AsrflowError, match=r"at entry 5: 'zz' vs 'd'"):
         check_token_list(pkg, other)
     with pytest.raises(AsrflowError, match="no run token list"):
-        apply_init(fresh, {"model": str(pkg), "reuse_tokenizer": True})
+        apply_init(fresh, init({"model": str(pkg), "reuse_tokenizer": True}))
 
 
 def test_reuse_tokenizer_without_a_config_is_an_error(fresh, source_pth, tmp_path):
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("a\n", encoding="utf-8")
     with pytest.raises(AsrflowError, match=r"no config\.yaml"):
-        apply_init(fresh, {"model": str(source_pth), "reuse_tokenizer": True}, tokens=tokens)
+        apply_init(fresh, init({"model": str(source_pth), "reuse_tokenizer": True}), tokens=tokens)
 
 
-def test_init_config_defaults_and_unknown_keys():
-    cfg = InitConfig.from_dict({"model": "m.pth"})
-    assert cfg.include == ("*",) and cfg.exclude == () and cfg.reuse_tokenizer is False
+def test_init_config_reads_the_schema_defaults_and_refuses_bad_keys():
+    cfg = InitConfig.from_dict(init({"model": "m.pth"}))
+    assert cfg == InitConfig("m.pth", include=("*",), exclude=(), reuse_tokenizer=False)
     with pytest.raises(AsrflowError, match="unknown key"):
-        InitConfig.from_dict({"model": "m.pth", "inclde": ["x"]})
+        InitConfig.from_dict({**init({"model": "m.pth"}), "inclde": ["x"]})
     with pytest.raises(AsrflowError, match="'model' is required"):
         InitConfig.from_dict({"include": ["x"]})
 
 
-def test_schema_defaults_match_the_code():
-    schema = yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / "config" / "config.schema.yaml").read_text()
-    )
-    props = schema["$defs"]["run"]["properties"]["init"]["properties"]
-    cfg = InitConfig(model="m")
-    assert props["include"]["default"] == list(cfg.include)
-    assert props["exclude"]["default"] == list(cfg.exclude)
-    assert props["reuse_tokenizer"]["default"] == cfg.reuse_tokenizer
+def test_an_init_without_the_schema_defaults_is_refused_by_name():
+    """The schema is the one source of the defaults: an unvalidated init is not guessed at."""
+    with pytest.raises(AsrflowError, match=r"exclude, reuse_tokenizer missing.*with_defaults"):
+        InitConfig.from_dict({"model": "m.pth", "include": ["*"]})

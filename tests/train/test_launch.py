@@ -20,6 +20,7 @@ from asrflow.train.launch import (
     write_job,
 )
 from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json
+from tests.configs import run_settings
 
 PROFILE_TRAIN = {"slurm_partition": "gpu", "gpu_model": "a100"}
 """profiles/slurm's set-resources of train."""
@@ -66,7 +67,9 @@ def sbatch_line(resources: dict, threads: int) -> str:
 
 
 def res(devices: int, nodes: int = 1, cpus: int = 8, **extra) -> dict:
-    return {"devices": devices, "nodes": nodes, "cpus_per_device": cpus, **extra}
+    """``runs.<run>.resources`` as the schema check leaves it (launcher auto unless given)."""
+    given = {"devices": devices, "nodes": nodes, "cpus_per_device": cpus, **extra}
+    return run_settings(resources=given)["resources"]
 
 
 @pytest.mark.parametrize("devices", [1, 4])
@@ -129,7 +132,9 @@ def test_launches_that_cannot_work_are_refused():
     with pytest.raises(AsrflowError, match="run of one process"):
         train_resources(res(1, launcher="srun"))
     with pytest.raises(AsrflowError, match="not one of"):
-        launcher(res(1, launcher="mpirun"))
+        launcher({**res(1), "launcher": "mpirun"})
+    with pytest.raises(AsrflowError, match=r"runs\.r\.resources\.launcher: 'mpirun'"):
+        res(1, launcher="mpirun")  # the schema check stops it first
 
 
 def test_srun_command_line():

@@ -11,17 +11,28 @@ Example::
     a = read_utterance_errors("results/runs/r/eval/valid.loss.ave_3best/demo.dev/utterances.csv")
     b = read_utterance_errors("results/runs/r/eval/valid.loss.best/demo.dev/utterances.csv")
     diff, low, high = paired_difference(a, b)   # WER a minus WER b, fractions
+
+Seed replicas of a system (the same recipe trained with different seeds) pair the same way, all
+of them at once: :func:`replicated_difference` gives their mean WER, or the difference of two
+systems' mean WERs, with an interval over utterances and seeds
+(:func:`asrflow.evaluate.intervals.replicated_interval`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from asrflow.errors import AsrflowError
-from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap, difference_interval
+from asrflow.evaluate.intervals import (
+    BOOTSTRAP,
+    Bootstrap,
+    difference_interval,
+    replicated_interval,
+)
 from asrflow.types import Pathlike
 
 
@@ -75,6 +86,39 @@ def paired_difference(
         a.word_errors,
         b.word_errors,
         a.ref_words,
+        resamples=bootstrap.resamples,
+        seed=bootstrap.seed,
+        level=bootstrap.level,
+    )
+
+
+def replicated_difference(
+    a: Sequence[UtteranceErrors],
+    b: Sequence[UtteranceErrors] | None = None,
+    bootstrap: Bootstrap = BOOTSTRAP,
+) -> tuple[float, float, float] | None:
+    """``(value, low, high)``: the mean WER of the replicas ``a`` (evaluations of one system
+    trained with different seeds), or with ``b`` (another system's replicas) the mean WER of
+    ``a`` minus that of ``b``, utterances paired by ID, with the interval of
+    :func:`~asrflow.evaluate.intervals.replicated_interval` (utterances and seeds resampled).
+    ``None`` unless every evaluation scored the same utterances with the same reference word
+    counts. One evaluation per side gives exactly :func:`paired_difference`."""
+    runs = [e.by_id() for e in [*a, *(b or ())]]
+    if not a or (b is not None and not b):
+        return None
+    first = runs[0]
+    for other in runs[1:]:
+        if not np.array_equal(other.ids, first.ids) or not np.array_equal(
+            other.ref_words, first.ref_words
+        ):
+            return None
+    if not len(first.ids) or not first.ref_words.sum():
+        return None
+    errors = np.stack([r.word_errors for r in runs])
+    return replicated_interval(
+        errors[: len(a)],
+        first.ref_words,
+        errors[len(a) :] if b is not None else None,
         resamples=bootstrap.resamples,
         seed=bootstrap.seed,
         level=bootstrap.level,

@@ -14,7 +14,8 @@ Inputs are the JSON summaries other rules write:
   artifact's WER difference against its run's selected artifact, and each run's selected
   artifact against the baseline run's (:mod:`asrflow.report.differences`);
 - the train steps' provenance records, for what else differs from the baseline run
-  (:mod:`asrflow.report.changes`).
+  (:mod:`asrflow.report.changes`);
+- which runs are seed replicas of which (``replica_of``, ``seed``; :mod:`asrflow.report.replicas`).
 
 ``wer_ci_low`` ... ``cer_ci_high`` are the summaries' 95 % intervals (a bootstrap over utterances,
 :mod:`asrflow.evaluate.intervals`; empty for summaries written before they existed).
@@ -49,6 +50,7 @@ from asrflow.report.differences import (
     differences_vs_baseline,
     differences_vs_selected,
 )
+from asrflow.report.replicas import REPLICA_COLUMNS, Replicas, replica_columns
 
 NONE = "-"
 """Artifact and eval set of a row that has no evaluation (a failed or unevaluated run)."""
@@ -93,6 +95,7 @@ COLUMNS = (
     "selected",
     "status",
     "error",
+    *REPLICA_COLUMNS,
     *CHANGE_COLUMNS,
     "current",
     *COUNTS,
@@ -245,6 +248,7 @@ def comparison_table(
     *,
     train_records: Mapping[str, Mapping[str, Any]] | None = None,
     baseline_run: str | None = None,
+    replicas: Replicas | None = None,
 ) -> pd.DataFrame:
     """One row per run x artifact x eval set (columns :data:`COLUMNS`), sorted by those three.
 
@@ -265,7 +269,7 @@ def comparison_table(
       included): the baseline (``baseline_run``, else the first of ``train_summaries``) and what
       differs from it (:mod:`asrflow.report.changes`; ``train_records``: the train steps'
       provenance records); ``wer_diff_vs_baseline`` and its interval on selected rows
-      (:func:`asrflow.report.differences.differences_vs_baseline`).
+      (:func:`asrflow.report.differences.differences_vs_baseline`: with all seed ``replicas``).
     """
     baseline = baseline_of(list(train_summaries), baseline_run)
     changes = change_columns(train_summaries, train_records or {}, baseline)
@@ -296,7 +300,10 @@ def comparison_table(
         rows.append(row)
     df = _frame(rows)
     df[list(DIFF_COLUMNS)] = differences_vs_selected(df, utterance_errors or {})
-    df[list(BASELINE_DIFF_COLUMNS)] = differences_vs_baseline(df, utterance_errors or {}, baseline)
+    df[list(REPLICA_COLUMNS)] = replica_columns(df, replicas or {})
+    df[list(BASELINE_DIFF_COLUMNS)] = differences_vs_baseline(
+        df, utterance_errors or {}, baseline, replicas=replicas
+    )
     return df
 
 

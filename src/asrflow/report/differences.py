@@ -15,7 +15,11 @@ Between runs (:data:`BASELINE_DIFF_COLUMNS`, :func:`differences_vs_baseline`): e
 selected artifact against the baseline run's selected artifact (``report.baseline_run``, else the
 first configured run; :mod:`asrflow.report.changes` names what else differs between the two runs)
 on each eval set both were evaluated on, under the same conditions; only the selected rows get
-them, and the baseline's own selected rows 0 [0, 0].
+them, and the baseline's own selected rows 0 [0, 0]. A baseline with seed replicas
+(:mod:`asrflow.replicas`) counts with all of them: a row is compared with the mean of the
+replicas' selected artifacts, utterance by utterance, the interval resampling utterances and the
+baseline's seeds (:func:`asrflow.evaluate.paired.replicated_difference`); its own replicas get
+their difference to that mean.
 
 Example::
 
@@ -26,14 +30,14 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap
-from asrflow.evaluate.paired import UtteranceErrors, paired_difference
+from asrflow.evaluate.paired import UtteranceErrors, replicated_difference
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,9 @@ BASELINE_DIFF_COLUMNS = (
 EvalKey = tuple[str, str, str]
 """``(run, artifact, eval_set)`` of one evaluation."""
 
+Replicas = Mapping[str, Mapping[str, Any]]
+"""``{replica run: {"replica_of": run, "seed": seed}}`` (:func:`asrflow.replicas.replica_runs`)."""
+
 
 def differences_vs_selected(
     df: pd.DataFrame,
@@ -67,7 +74,7 @@ def differences_vs_selected(
     for i, row in current.iterrows():
         ref = chosen.get((row["run"], row["eval_set"]))
         if ref is not None:
-            out.loc[i] = _paired(row, ref, errors, bootstrap, "the selected")
+            out.loc[i] = _paired(row, [ref], errors, bootstrap, "the selected")
     return out
 
 
@@ -76,51 +83,78 @@ def differences_vs_baseline(
     errors: Mapping[EvalKey, UtteranceErrors],
     baseline: str | None,
     bootstrap: Bootstrap = BOOTSTRAP,
+    replicas: Replicas | None = None,
 ) -> pd.DataFrame:
     """The :data:`BASELINE_DIFF_COLUMNS` of every row of the comparison ``df`` (same index):
     each run's selected artifact against the ``baseline`` run's selected artifact on the same
-    eval set, under the same rules as :func:`differences_vs_selected` (current rows, one
-    contract, the same eval cuts, the same utterances). Other rows get empty cells; the
+    eval set (with ``replicas``: against the mean of the selected artifacts of every replica of
+    the baseline's run), under the same rules as :func:`differences_vs_selected` (current rows,
+    one contract, the same eval cuts, the same utterances). Other rows get empty cells; the
     baseline's own selected rows 0 [0, 0]."""
     out = pd.DataFrame(np.nan, index=df.index, columns=list(BASELINE_DIFF_COLUMNS), dtype="float64")
     if baseline is None:
         return out
     current = df[df["current"].astype(bool)]
     selected = current[current["selected"].astype(bool)]
-    chosen = {r["eval_set"]: r for _, r in selected[selected["run"] == baseline].iterrows()}
+    group = selected[selected["run"].isin(replica_group(baseline, replicas or {}))]
+    chosen = {s: [r for _, r in rows.iterrows()] for s, rows in group.groupby("eval_set")}
     for i, row in selected.iterrows():
-        ref = chosen.get(row["eval_set"])
-        if ref is not None:
-            out.loc[i] = _paired(row, ref, errors, bootstrap, f"baseline {baseline}'s selected")
+        refs = chosen.get(row["eval_set"])
+        if refs:
+            out.loc[i] = _paired(row, refs, errors, bootstrap, f"baseline {baseline}'s selected")
     return out
+
+
+def replica_group(run: str, replicas: Replicas) -> list[str]:
+    """Every replica of the run ``run`` is a replica of (itself included); ``[run]`` for a run
+    that is no replica."""
+    of = (replicas.get(run) or {}).get("replica_of")
+    return [run] if of is None else replicas_of(of, replicas)
+
+
+def replicas_of(name: str, replicas: Replicas) -> list[str]:
+    """The replicas of the configured run ``name``, in seed order."""
+    members = [(i["seed"], run) for run, i in replicas.items() if i["replica_of"] == name]
+    return [run for _, run in sorted(members)]
+
+
+def paired_errors(
+    rows: Sequence[Mapping[str, Any]], errors: Mapping[EvalKey, UtteranceErrors]
+) -> list[UtteranceErrors] | None:
+    """The per-utterance errors of the evaluations ``rows``, or ``None`` unless all were scored
+    under one known contract on the same eval cuts and their utterances are at hand."""
+    if not rows or not all(_same_scoring(r, rows[0]) for r in rows):
+        return None
+    found = [errors.get(_key(r)) for r in rows]
+    return None if any(e is None for e in found) else found
 
 
 def _paired(
     row: Mapping[str, Any],
-    ref: Mapping[str, Any],
+    refs: Sequence[Mapping[str, Any]],
     errors: Mapping[EvalKey, UtteranceErrors],
     bootstrap: Bootstrap,
     what: str,
 ) -> tuple[float, float, float]:
-    """``row``'s WER minus ``ref``'s with the paired interval; NaNs where they are not
-    comparable (contract, cuts, utterances) or their utterances are not at hand."""
+    """``row``'s WER minus the mean WER of ``refs`` (one evaluation, or seed replicas) with the
+    paired interval; NaNs where they are not comparable (contract, cuts, utterances) or their
+    utterances are not at hand."""
     missing = (np.nan, np.nan, np.nan)
-    if not _same_scoring(row, ref):
+    found = paired_errors([row, *refs], errors)
+    if found is None:
         return missing
-    mine, theirs = (errors.get(_key(r)) for r in (row, ref))
-    if mine is None or theirs is None:
-        return missing
-    if _key(row) == _key(ref):  # itself; without reference words it has no WER either
+    mine, theirs = found[0], found[1:]
+    if [_key(r) for r in refs] == [_key(row)]:  # itself; without reference words no WER either
         return (0.0, 0.0, 0.0) if mine.ref_words.sum() else missing
-    result = paired_difference(mine, theirs, bootstrap)
+    result = replicated_difference([mine], theirs, bootstrap)
     if result is None:
         log.warning(
-            "%s %s on %s: its utterances or references differ from %s %s's; no paired difference",
+            "%s %s on %s: its utterances or references differ from %s (%s); no paired difference",
             row["run"],
             row["artifact"],
             row["eval_set"],
             what,
-            ref["artifact"],
+            ", ".join(f"{r['run']} {r['artifact']}" for r in refs),
         )
         return missing
     return result

@@ -11,11 +11,13 @@ import pandas as pd
 
 from asrflow.evaluate.archive import load_archive
 from asrflow.evaluate.paired import UtteranceErrors, read_utterance_errors
-from asrflow.io import read_json
+from asrflow.io import read_json, write_text
 from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
+from asrflow.report.changes import baseline_of
 from asrflow.report.comparison import comparison_table
-from asrflow.report.differences import EvalKey
+from asrflow.report.differences import EvalKey, Replicas
 from asrflow.report.plots import plot_learning_curves, plot_slice_wer, plot_wer_differences
+from asrflow.report.replicas import replica_table
 from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code
 from asrflow.types import Pathlike
@@ -34,6 +36,8 @@ def build_report(
     html_path: Pathlike,
     utterances: Sequence[Pathlike] = (),
     baseline_run: str | None = None,
+    replicas: Replicas | None = None,
+    replicas_path: Pathlike | None = None,
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
@@ -42,7 +46,9 @@ def build_report(
     the WER differences against each run's selected artifact and the baseline run's.
     ``baseline_run`` (``report.baseline_run``; default: the first of ``train_summaries``, which
     come in config order): the run every other is compared with, what differs from it read from
-    the train summaries and their provenance records."""
+    the train summaries and their provenance records. ``replicas`` (:func:`asrflow.replicas.
+    replica_runs`): which runs are seed replicas of which; their mean, spread and interval go to
+    ``replicas_path`` (:func:`asrflow.report.replicas.replica_table`) and the tables."""
     checkout = Checkout()
     trains: dict[str, dict] = {}
     records: dict[str, dict] = {}
@@ -66,9 +72,20 @@ def build_report(
         evals.append(summary)
     errors = _utterance_errors(evaluations, evals, utterances)
     df = comparison_table(
-        trains, evals, selected, archived, errors, train_records=records, baseline_run=baseline_run
+        trains,
+        evals,
+        selected,
+        archived,
+        errors,
+        train_records=records,
+        baseline_run=baseline_run,
+        replicas=replicas,
     )
-    write_report_tables(df, csv_path, md_path, html_path)
+    baseline = baseline_of(list(trains), baseline_run)
+    aggregated = replica_table(df, errors, replicas or {}, baseline)
+    if replicas_path is not None:
+        write_text(replicas_path, aggregated.to_csv(index=False, lineterminator="\n"))
+    write_report_tables(df, csv_path, md_path, html_path, replicas=aggregated)
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
         len(df),

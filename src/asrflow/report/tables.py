@@ -62,9 +62,23 @@ BASELINE_NOTE = (
 )
 """What the run-against-baseline columns of the Markdown and HTML tables mean."""
 
+REPLICA_NOTE = (
+    "Seed replicas (runs.<run>.seeds): one row per replicated run and eval set, over the artifact "
+    "each replica selected on dev. Mean WER with the 95 % interval of the mean, a bootstrap over "
+    "utterances and seeds; sd: the standard deviation of the replicas' WERs, in points; WER diff "
+    "vs baseline: the mean minus the baseline run's (the mean of its replicas, if it has them), "
+    "paired by utterance. A difference within the seed spread is not a finding."
+)
+"""What the seed replica table of the Markdown and HTML reports means."""
+
 
 def _num(value: Any, digits: int = 3) -> str:
     return "" if _missing(value) else f"{float(value):.{digits}f}"
+
+
+def _points(value: Any) -> str:
+    """A fraction in percent (points), two decimals."""
+    return "" if _missing(value) else f"{100 * float(value):.2f}"
 
 
 def _short(value: Any) -> str:
@@ -109,6 +123,28 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return out.reset_index(drop=True)
+
+
+def replica_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The readable form of :func:`asrflow.report.replicas.replica_table`."""
+    return pd.DataFrame(
+        {
+            "run": table["run"].map(_text),
+            "eval set": table["eval_set"].map(_text),
+            "replicas": table["replicas"].map(_text),
+            "seeds": table["seeds"].map(_text),
+            "mean WER %": _rate_cells(table, "wer_mean"),
+            "sd": table["wer_sd"].map(_points),
+            "min - max": [
+                f"{_points(a)} - {_points(b)}"
+                for a, b in zip(table["wer_min"], table["wer_max"], strict=True)
+            ],
+            "WER diff vs baseline": _rate_cells(table, "wer_diff_vs_baseline", "+"),
+            "baseline": table["baseline_run"].map(_text),
+            "selected": table["selected"].map(_text),
+            "missing": table["missing"].map(_text),
+        }
+    ).reset_index(drop=True)
 
 
 BASELINE_CELL = "(baseline run)"
@@ -178,8 +214,9 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
-def report_markdown(df: pd.DataFrame) -> str:
-    """The comparison as Markdown: contract line or warnings, results, failed runs, archive."""
+def report_markdown(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
+    """The comparison as Markdown: contract line or warnings, results, seed replicas
+    (``replicas``: :func:`asrflow.report.replicas.replica_table`), failed runs, archive."""
     lines = ["# Model comparison", ""]
     notes = check_contracts(df)
     contracts = sorted(df.loc[df["current"], "contract_sha256"].dropna().unique())
@@ -200,6 +237,9 @@ def report_markdown(df: pd.DataFrame) -> str:
             view = view.drop(columns=BASELINE_VIEW)
         lines += [markdown_table(view), "", INTERVAL_NOTE, ""]
         lines += [BASELINE_NOTE, ""] if _compared(df) else []
+    if replicas is not None and not replicas.empty:
+        lines += ["## Seed replicas", "", markdown_table(replica_view(replicas)), ""]
+        lines += [REPLICA_NOTE, ""]
     failed = df[df["status"] == "failed"].drop_duplicates("run")
     if not failed.empty:
         lines += ["## Failed runs", ""]
@@ -251,8 +291,9 @@ table.asrflow tr.archived td { color: #777; }
 """
 
 
-def report_html(df: pd.DataFrame) -> str:
-    """The comparison as one HTML page; selected rows highlighted, failed and archived marked."""
+def report_html(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
+    """The comparison as one HTML page; selected rows highlighted, failed and archived marked;
+    then the seed replicas (``replicas``), if any."""
     view = display_table(df)
     if not _compared(df):
         view = view.drop(columns=BASELINE_VIEW)
@@ -288,18 +329,27 @@ def report_html(df: pd.DataFrame) -> str:
         intro = ""
     intro += "".join(f'<div class="warning">{html.escape(n)}</div>' for n in code_notes(df))
     baseline_note = f"<p>{html.escape(BASELINE_NOTE)}</p>\n" if _compared(df) else ""
+    seeds = ""
+    if replicas is not None and not replicas.empty:
+        seeds = replica_view(replicas).to_html(index=False, classes="asrflow", border=0, na_rep="")
+        seeds = f"<h2>Seed replicas</h2>\n{seeds}\n<p>{html.escape(REPLICA_NOTE)}</p>\n"
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
-        f"<p>{html.escape(INTERVAL_NOTE)}</p>\n{baseline_note}</body>\n</html>\n"
+        f"<p>{html.escape(INTERVAL_NOTE)}</p>\n{baseline_note}{seeds}</body>\n</html>\n"
     )
 
 
 def write_report_tables(
-    df: pd.DataFrame, csv_path: Pathlike, md_path: Pathlike, html_path: Pathlike
+    df: pd.DataFrame,
+    csv_path: Pathlike,
+    md_path: Pathlike,
+    html_path: Pathlike,
+    replicas: pd.DataFrame | None = None,
 ) -> None:
-    """Atomically write the table as CSV (every column, full hashes), Markdown and HTML."""
+    """Atomically write the table as CSV (every column, full hashes), Markdown and HTML (with
+    the seed replica table ``replicas``, if any)."""
     write_text(csv_path, df.to_csv(index=False, lineterminator="\n"))
-    write_text(md_path, report_markdown(df))
-    write_text(html_path, report_html(df))
+    write_text(md_path, report_markdown(df, replicas))
+    write_text(html_path, report_html(df, replicas))

@@ -42,36 +42,41 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INCLUDE = ("*",)
-DEFAULT_EXCLUDE: tuple[str, ...] = ()
+INIT_KEYS = ("model", "include", "exclude", "reuse_tokenizer")
+"""The keys of ``runs.<run>.init``."""
 
 
 @dataclass(frozen=True)
 class InitConfig:
-    """``runs.<run>.init`` of the config (defaults as in the schema)."""
+    """``runs.<run>.init`` of a validated config: the schema fills in the defaults
+    (:func:`asrflow.settings.with_defaults`), so that they are written down once."""
 
     model: str
-    include: tuple[str, ...] = DEFAULT_INCLUDE
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
-    reuse_tokenizer: bool = False
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    reuse_tokenizer: bool
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> InitConfig:
-        unknown = set(d) - {"model", "include", "exclude", "reuse_tokenizer"}
+        unknown = set(d) - set(INIT_KEYS)
         if unknown:
             raise AsrflowError(
                 f"init: unknown key(s) {', '.join(sorted(unknown))}; "
-                "allowed: model, include, exclude, reuse_tokenizer"
+                f"allowed: {', '.join(INIT_KEYS)}"
             )
-        if not d.get("model"):
+        if not d.get("model"):  # required, no default
             raise AsrflowError("init: 'model' is required (a package, ESPnet model dir or .pth)")
-        include = d.get("include")
-        exclude = d.get("exclude")
+        missing = [k for k in INIT_KEYS if k not in d]
+        if missing:
+            raise AsrflowError(
+                f"init: {', '.join(missing)} missing; pass runs.<run>.init as the schema check "
+                "leaves it, with the defaults filled in (asrflow.settings.with_defaults)"
+            )
         return cls(
             model=str(d["model"]),
-            include=tuple(DEFAULT_INCLUDE if include is None else include),
-            exclude=tuple(DEFAULT_EXCLUDE if exclude is None else exclude),
-            reuse_tokenizer=bool(d.get("reuse_tokenizer", False)),
+            include=tuple(d["include"]),
+            exclude=tuple(d["exclude"]),
+            reuse_tokenizer=bool(d["reuse_tokenizer"]),
         )
 
 

@@ -15,7 +15,7 @@ the launching process, which writes the provenance record once srun has succeede
 
 Example::
 
-    train_resources({"devices": 4, "nodes": 2, "cpus_per_device": 8})
+    train_resources({"devices": 4, "nodes": 2, "cpus_per_device": 8, "launcher": "auto"})
     # {'gpu': 8, 'nodes': 2, 'mpi': 'srun', 'tasks_per_node': 4, 'cpus_per_task': 8, ...}
 """
 
@@ -50,14 +50,15 @@ SRUN = "srun"
 
 def launcher(resources: Mapping[str, Any]) -> str:
     """How a run's ranks are started, ``lightning`` (one task, Lightning's launcher) or ``srun``
-    (one task per device); :class:`AsrflowError` for a launch that cannot work.
+    (one task per device); :class:`AsrflowError` for a launch that cannot work. ``resources``:
+    ``runs.<run>.resources`` of a validated config (the schema fills in the defaults).
 
-    >>> launcher({"devices": 4, "nodes": 2})
+    >>> launcher({"devices": 4, "nodes": 2, "launcher": "auto"})
     'srun'
     """
-    chosen = resources.get("launcher", "auto")
-    nodes = int(resources.get("nodes", 1))
-    per_node = max(1, int(resources.get("devices", 0)))
+    chosen = resources["launcher"]
+    nodes = int(resources["nodes"])
+    per_node = max(1, int(resources["devices"]))
     if chosen not in LAUNCHERS:
         raise AsrflowError(f"launcher {chosen!r} is not one of {', '.join(LAUNCHERS)}")
     if chosen == "auto":
@@ -76,7 +77,8 @@ def launcher(resources: Mapping[str, Any]) -> str:
 
 
 def train_resources(resources: Mapping[str, Any]) -> dict[str, int | str | None]:
-    """The SLURM resources of a train job from ``runs.<run>.resources``; ``None`` means unset.
+    """The SLURM resources of a train job from ``runs.<run>.resources`` (of a validated config,
+    as :func:`launcher`); ``None`` means unset.
 
     One-task launch (as before): ``gpu`` = devices, ``cpus_per_gpu``, ``nodes`` = 1. srun
     launch: ``gpu`` = devices x nodes (the plugin's ``--gpus`` counts the whole job's GPUs),
@@ -85,9 +87,9 @@ def train_resources(resources: Mapping[str, Any]) -> dict[str, int | str | None]
     ``tasks_per_node`` 1, and ``tasks_per_gpu`` 0 so that it adds no ``--ntasks-per-gpu``) and
     ``cpus_per_task`` = cpus_per_device.
     """
-    devices = int(resources.get("devices", 0))
-    nodes = int(resources.get("nodes", 1))
-    cpus = int(resources.get("cpus_per_device", 2))
+    devices = int(resources["devices"])
+    nodes = int(resources["nodes"])
+    cpus = int(resources["cpus_per_device"])
     unset: dict[str, int | str | None] = dict.fromkeys(
         ("mpi", "tasks_per_node", "tasks", "tasks_per_gpu", "cpus_per_task")
     )
@@ -121,6 +123,8 @@ class SrunLaunch:
     def from_job(cls, resources: Mapping[str, Any]) -> SrunLaunch | None:
         """The launch a job's resources (:func:`train_resources`) ask for; ``None`` for the
         one-task launch."""
+        # a job's resources, not the config's: Snakemake drops the ones train_resources leaves
+        # unset (None), so absence is meaningful here
         if resources.get("mpi") != SRUN:
             return None
         nodes = int(resources.get("nodes") or 1)
