@@ -271,6 +271,16 @@ def slice_evaluations(wildcards):
     ]
 
 
+def settled_comparison(wildcards):
+    """The comparison table, asked for only after every run's train checkpoint has settled. A
+    plain path would make a job after the report rerun whenever a checkpoint upstream of the
+    report is pending (Snakemake counts the report as updated until the checkpoint says it is
+    not), e.g. after a revalidation that changed nothing."""
+    for run in config.get("runs", {}):
+        checkpoints.train.get(run=run)
+    return layout.report_file("comparison.csv")
+
+
 def run_completed(run):
     """Whether a run's training completed; a failed run is a result (its summary says why),
     so it enters the report without evaluations. Asks the train checkpoint first."""

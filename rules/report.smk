@@ -71,7 +71,7 @@ rule report:
 
 rule plot_differences:
     input:
-        comparison=layout.report_file("comparison.csv"),
+        comparison=settled_comparison,
     output:
         figure=report(
             layout.report_file("plots", "differences.png"),

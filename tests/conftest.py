@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -74,3 +76,18 @@ def nemo_corpus(tmp_path: Path) -> Callable[..., dict[str, Path]]:
         }
 
     return make
+
+
+@pytest.fixture(scope="module")
+def the_slurm_cluster_alone():
+    """Hold the local test cluster for one module at a time (tests/test_slurm_*.py). It is one
+    2-CPU node: two modules submitting to it at once (pytest-xdist runs modules in parallel)
+    starve each other's jobs; measured: both ran past their 900 s limit. Any worker of any
+    pytest process on this machine waits here for the other's module to finish."""
+    path = Path(tempfile.gettempdir()) / "asrflow-tests-slurm.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

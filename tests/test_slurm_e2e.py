@@ -35,7 +35,7 @@ from tests.e2e import REPO, SNAKEMAKE, environment, write_config
 from tests.test_training_e2e import CONFIG as TRAINING_CONFIG
 from tests.test_training_e2e import TINY_RECIPE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("the_slurm_cluster_alone")]
 
 TEST_CLUSTER = "asrflowci"
 """ClusterName of the cluster .ci/slurm-cluster.sh starts."""

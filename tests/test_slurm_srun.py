@@ -38,7 +38,7 @@ from tests.test_slurm_e2e import (
     trained_steps,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("the_slurm_cluster_alone")]
 
 TRAIN = f"results/runs/{RUN}/train/summary.json"
 RESOURCES = {

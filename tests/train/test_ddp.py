@@ -25,7 +25,8 @@ import torch
 
 from tests.train.tiny_run import TINY_RECIPE, make_tiny_run, spec_to_json
 
-pytestmark = pytest.mark.slow  # two fresh Python processes: ~40 s of the ~65 s are imports
+# slow: two fresh Python processes: ~40 s of the ~65 s are imports
+pytestmark = pytest.mark.slow
 
 WORLD = 2
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,7 +35,8 @@ from tests.train.test_ddp import (
 )
 from tests.train.tiny_run import make_tiny_run
 
-pytestmark = pytest.mark.slow  # two fresh Python processes one after the other: ~40 s of imports
+# slow: two fresh Python processes one after the other: ~40 s of imports
+pytestmark = pytest.mark.slow
 
 OVERRIDES = {
     "trainer": {

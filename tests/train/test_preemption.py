@@ -26,7 +26,8 @@ from asrflow.train.runner import train_run
 from tests.train.test_ddp import ROOT, srun_env
 from tests.train.tiny_run import make_tiny_run, spec_to_json
 
-pytestmark = pytest.mark.slow  # a fresh Python process: ~25 s of imports
+# slow: a fresh Python process: ~25 s of imports
+pytestmark = pytest.mark.slow
 
 LONG = {
     "trainer": {"max_steps": 400, "val_check_interval": 400},
