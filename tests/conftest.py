@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,3 +92,17 @@ def the_slurm_cluster_alone():
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Put ``os.environ`` back as it was after every test. Libraries write to it as a side effect
+    (Lightning's ``SLURMEnvironment.main_address`` sets ``MASTER_ADDR``); under pytest-xdist a
+    value left by one test reached a later module's ``srun`` jobs in the same worker, whose ranks
+    then waited for a rendezvous host that does not exist (measured: tests/train/test_cluster.py
+    before tests/test_slurm_srun.py)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
