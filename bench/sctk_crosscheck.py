@@ -11,7 +11,7 @@ resamples, seed 0) and verdict, ``sc_stats``' Matched Pair Sentence Segment (Wor
     uv run python bench/sctk_crosscheck.py                    # the demo run's dev evaluations
     uv run python bench/sctk_crosscheck.py --synthetic [--seeds 20] [--utterances 300]
 
-Without arguments it pairs every two artifacts of ``results/runs/demo_conformer/eval/*/demo.dev``
+Without arguments it pairs every two artifacts of ``results/runs/demo_ctc/eval/*/demo.dev``
 when at least two are there, and otherwise falls back to ``--synthetic``: seeded simulated
 systems (raw texts with case and punctuation, scored by :func:`asrflow.evaluate.scoring.
 score_utterance` and written as ``utterances.csv`` like an evaluation's) at several error rates,
@@ -36,7 +36,7 @@ from asrflow.evaluate.sctk import Mapsswe, compare_evaluations, read_scored
 from asrflow.text import TextNormalization
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_EVAL = REPO / "results" / "runs" / "demo_conformer" / "eval"
+DEMO_EVAL = REPO / "results" / "runs" / "demo_ctc" / "eval"
 DEMO_SET = "demo.dev"
 SCENARIOS = (  # name, word error rate of a, of b (before insertions' share)
     ("identical", 0.10, None),
