@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -12,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+
+from asrflow.io import file_lock
 
 
 def write_wav(path: Path, seconds: float, sr: int = 16000, seed: int = 0) -> Path:
@@ -85,13 +86,8 @@ def the_slurm_cluster_alone():
     2-CPU node: two modules submitting to it at once (pytest-xdist runs modules in parallel)
     starve each other's jobs; measured: both ran past their 900 s limit. Any worker of any
     pytest process on this machine waits here for the other's module to finish."""
-    path = Path(tempfile.gettempdir()) / "asrflow-tests-slurm.lock"
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(Path(tempfile.gettempdir()) / "asrflow-tests-slurm.lock"):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -3,14 +3,13 @@ the way Snakemake fills them, every property is documented, and bad corpora are 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import Draft202012Validator, ValidationError
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate as snakemake_validate
 
@@ -18,7 +17,7 @@ from asrflow import layout
 from asrflow.data.filter import FilterConfig
 from asrflow.data.issues import ValidationConfig
 from asrflow.errors import AsrflowError
-from asrflow.settings import config_error_message
+from asrflow.settings import config_error_message, filling_validator
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig
 
@@ -35,25 +34,9 @@ def load_config() -> dict[str, Any]:
     return yaml.safe_load(CONFIG_PATH.read_text(encoding="utf-8"))
 
 
-def _with_defaults(validator_class):
-    """jsonschema's FAQ recipe, as in snakemake.utils.validate: fill defaults while validating."""
-    validate_properties = validator_class.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        for name, subschema in properties.items():
-            if "default" in subschema and isinstance(instance, dict):
-                instance.setdefault(name, copy.deepcopy(subschema["default"]))
-        yield from validate_properties(validator, properties, instance, schema)
-
-    return validators.extend(validator_class, {"properties": set_defaults})
-
-
-DefaultFilling = _with_defaults(Draft202012Validator)
-
-
 def fill(config: dict[str, Any]) -> dict[str, Any]:
     """Validate ``config`` against the schema (raising ValidationError) and fill defaults."""
-    DefaultFilling(load_schema()).validate(config)
+    filling_validator(load_schema()).validate(config)
     return config
 
 

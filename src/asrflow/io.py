@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import errno
+import fcntl
 import filecmp
 import gzip
 import io
@@ -81,6 +82,20 @@ def write_failed(
         f"quota or the file-size limit ran out of room. Nothing half-written was kept: {found}. "
         f"Free space on the filesystem of {target.parent} and rerun"
     )
+
+
+@contextmanager
+def file_lock(path: Pathlike) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created, with its folder, if missing) while the
+    block runs: one process at a time, across processes of any kind on this machine."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -36,7 +36,7 @@ def schema_file() -> Path:
     )
 
 
-def _filling_validator(schema: Mapping[str, Any]) -> Any:
+def filling_validator(schema: Mapping[str, Any]) -> Any:
     """A Draft 2020-12 validator that fills in defaults while it validates: jsonschema's FAQ
     recipe, as ``snakemake.utils.validate(..., set_default=True)`` extends it, except that each
     default is a copy (Snakemake's runs share one ``resources`` dict, the schema's own)."""
@@ -75,7 +75,7 @@ def with_defaults(
     loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     filled = copy.deepcopy(dict(config))
     try:
-        _filling_validator(loaded).validate(filled)
+        filling_validator(loaded).validate(filled)
     except ValidationError as e:
         raise AsrflowError(config_error_message(e, source)) from None
     return filled

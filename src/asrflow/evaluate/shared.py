@@ -17,13 +17,11 @@ filesystem without working ``flock`` they may both decode: the same result, only
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ import yaml
 from asrflow.evaluate.decode import Decoding
 from asrflow.evaluate.scoring import contract_sha256
 from asrflow.hashing import sha256_file, sha256_json
-from asrflow.io import read_json, write_json, write_text
+from asrflow.io import file_lock, read_json, write_json, write_text
 from asrflow.provenance import library_sha256
 from asrflow.text import TextNormalization
 from asrflow.types import Pathlike
@@ -71,17 +69,6 @@ def decode_key(
     )
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def evaluate_once(
     evaluate: Callable[..., dict[str, Any]],
     key: str,
@@ -104,7 +91,7 @@ def evaluate_once(
     outputs = dict(
         zip(OUTPUTS, (Path(summary_path), Path(utterances_csv), Path(alignments_txt)), strict=True)
     )
-    with _locked(cache / f"{key}.lock"):
+    with file_lock(cache / f"{key}.lock"):
         if all((entry / name).is_file() for name in OUTPUTS):
             return _copy_shared(entry, outputs, run, artifact, eval_set, package_files)
         summary = evaluate(
