@@ -14,6 +14,36 @@ import soundfile
 
 from asrflow.io import file_lock
 
+LONGEST_FIRST = (
+    "tests/test_bad_input.py",
+    "tests/test_training_e2e.py",
+    "tests/test_slurm_e2e.py",
+    "tests/test_replicas_e2e.py",
+    "tests/test_workflow_e2e.py",
+    "tests/test_slurm_srun.py",
+    "tests/train/test_ddp.py",
+    "tests/train/test_one_task_slurm.py",
+    "tests/train/test_preemption.py",
+)
+"""Test modules that take longest (minutes each: whole tiny DAGs, SLURM jobs), started first.
+pytest-xdist hands out whole modules (--dist=loadfile), in collection order once
+--no-loadscope-reorder stops it sorting them by their number of tests, which put these modules,
+having few tests each, last: the suite then ended on one worker still running the longest of
+them while the others were idle. Longest first is the classic makespan heuristic. The two SLURM
+modules are apart in this list: they take the one test cluster in turn (the_slurm_cluster_alone).
+"""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run LONGEST_FIRST's modules first, in its order; every other test keeps its place."""
+    rank = {module: k for k, module in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        module = item.nodeid.split("::", 1)[0]
+        return rank.get(module, len(rank))
+
+    items.sort(key=key)  # stable: the order within each module and among the others is kept
+
 
 def write_wav(path: Path, seconds: float, sr: int = 16000, seed: int = 0) -> Path:
     """A short noise burst as 16-bit PCM WAV."""

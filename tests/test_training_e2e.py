@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -111,12 +112,47 @@ def setup_workdir(workdir: Path, recipe: dict) -> None:
     (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
 
 
+FIRST_PASS = (
+    "results/runs/tiny_ctc/eval/last/tiny.dev/summary.json",
+    "results/data/tiny/filtered/test.jsonl.gz",
+)
+"""What the work dir had before its learning rate changed: every data step, a completed training
+and one of its evaluations (archived, so that the report has an earlier revision to keep)."""
+REVISED_LR = 0.0015
+
+
+@dataclass(frozen=True)
+class Revised:
+    """The module's work dir, and what it looked like around its learning-rate change."""
+
+    workdir: Path
+    old_summary: dict
+    planned: dict[str, int]  # the dry run's jobs by rule, right after the change
+    status: str  # `asrflow status` right after the change
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
+def revised(tmp_path_factory) -> Revised:
+    """Issue 11's headline scenario, which is also how the module's work dir is built (one whole
+    DAG instead of two): the tiny run trained and partly evaluated at lr 0.002, then the recipe's
+    lr changed to 0.0015 and the whole DAG run."""
     workdir = tmp_path_factory.mktemp("train")
     setup_workdir(workdir, TINY_RECIPE)
+    snakemake(workdir, *FIRST_PASS)
+    old = json.loads((workdir / "results/runs/tiny_ctc/train/summary.json").read_text())
+    recipe = json.loads(json.dumps(TINY_RECIPE))
+    recipe["optim"]["lr"] = REVISED_LR
+    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
+    planned = rule_counts(dry_run(workdir))
+    status = _status(workdir).stdout  # asrflow status says why, as Snakemake sees it
     snakemake(workdir)
-    return workdir
+    return Revised(workdir, old, planned, status)
+
+
+@pytest.fixture(scope="module")
+def trained(revised) -> Path:
+    """The finished tiny DAG (recipe: TINY_RECIPE with lr 0.0015)."""
+    return revised.workdir
 
 
 def test_training_dag_writes_summary_checkpoints_and_diagnostics(trained):
@@ -222,9 +258,10 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     assert significance["against"] == selected["best_single"]["artifact"]
     assert significance["ci_low"] <= significance["ci_high"] and significance["resamples"] == 1000
 
-    table = pd.read_csv(trained / "results/report/comparison.csv")
+    everything = pd.read_csv(trained / "results/report/comparison.csv")
     for column in ("run", "artifact", "eval_set", "wer", "cer", "selected", "status"):
-        assert column in table.columns, column
+        assert column in everything.columns, column
+    table = everything[everything["current"]]  # one earlier revision: see `revised`
     assert len(table) == 8 and set(table["status"]) == {"completed"}
     chosen = table[table["selected"]]
     assert set(chosen["artifact"]) == {selected["selected"]}
@@ -251,7 +288,7 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     # share one file per eval set; the report's record lists every one it read
     archived = list((trained / "results/archive/evals").glob("*.json"))
     assert len(record["extra_inputs"]["archive"]) == len(archived)
-    assert len(archived) == 2 * len(set(table["artifact_sha256"]))
+    assert len(archived) == 2 * len(set(table["artifact_sha256"])) + len(everything) - len(table)
 
 
 # --- what reruns when (issue 11): each test leaves the work dir as up to date as it found it ---
@@ -449,44 +486,43 @@ def test_a_new_extra_eval_set_evaluates_only_that_set(trained):
         assert all("eval_set=tiny.train" in j for j in jobs if j.startswith("evaluate"))
 
 
-def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(trained, tmp_path):
+def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     """Issue 11's headline: an lr change on a finished run trained 0 steps and relabelled the old
     weights. Now the run trains anew, and its summary, exports and report rows carry the new
     recipe hash; identical weights were decoded once; the average's record lists what it
-    averaged."""
+    averaged. (The module's fixture made the change: see `revised`.)"""
     import pandas as pd
 
     from asrflow.runs import train_overrides
     from asrflow.settings import with_defaults
     from asrflow.train.recipe import load_recipe
 
-    trained = _private_copy(trained, tmp_path)
+    trained, old = revised.workdir, revised.old_summary
     recipe = trained / "config/recipes/tiny.yaml"
-    data = yaml.safe_load(recipe.read_text())
-    data["optim"]["lr"] = 0.0015
-    recipe.write_text(yaml.safe_dump(data))
     run = trained / "results/runs/tiny_ctc"
-    old = json.loads((run / "train/summary.json").read_text())
-    assert rule_counts(dry_run(trained)) == DOWNSTREAM_OF_TRAIN
-    status = _status(trained).stdout  # asrflow status says why, as Snakemake sees it
-    train_block = status.split("train: results/runs/tiny_ctc/train/summary.json\n")[1]
-    assert train_block.startswith("    params: "), status
-    snakemake(trained)
+    # everything after the data and the tokenizer, as after any change to what a run trains from
+    assert revised.planned == DOWNSTREAM_OF_TRAIN
+    train_block = revised.status.split("train: results/runs/tiny_ctc/train/summary.json\n")[1]
+    assert train_block.startswith("    params: "), revised.status
     summary = json.loads((run / "train/summary.json").read_text())
     overrides = train_overrides(with_defaults(CONFIG), "tiny_ctc")  # as the workflow reads it
     new_hash = load_recipe(recipe, overrides).identity_sha256()
+    assert old["status"] == "completed" and old["recipe_settings"]["optim"]["lr"] == 0.002
     assert summary["resumed_from"] is None and summary["steps"] == 24
-    assert summary["recipe_settings"]["optim"]["lr"] == 0.0015
+    assert summary["recipe_settings"]["optim"]["lr"] == REVISED_LR
     assert summary["hashes"]["recipe"] == new_hash != old["hashes"]["recipe"]
     assert len(list((trained / "results/work").glob("tiny_ctc.stale-*"))) == 1
     for package in run.glob("export/*/package.json"):
         assert json.loads(package.read_text())["provenance"]["run_hashes"]["recipe"] == new_hash
     log = (trained / "logs/train/tiny_ctc.log").read_text()
-    assert "recipe optim.lr: 0.002 -> 0.0015" in log
+    assert f"recipe optim.lr: 0.002 -> {REVISED_LR}" in log
     table = pd.read_csv(trained / "results/report/comparison.csv")
     current = table[table["current"]]
     assert set(current["recipe_sha256"]) == {new_hash}
-    assert (~table["current"]).any()  # the lr 0.002 results are kept as an earlier revision
+    # the lr 0.002 evaluation is kept as an earlier revision, naming the recipe that made it
+    earlier = table[~table["current"]]
+    assert set(earlier["recipe_sha256"]) == {old["hashes"]["recipe"]}
+    assert earlier[["artifact", "eval_set"]].values.tolist() == [["last", "tiny.dev"]]
     assert dry_run(trained) == set()
 
     evaluations = [json.loads(p.read_text()) for p in run.glob("eval/*/*/summary.json")]

@@ -19,8 +19,8 @@ from asrflow.report.comparison import (
     check_contracts,
     comparison_table,
     data_fingerprint,
-    slice_table,
 )
+from asrflow.report.slices import slice_table
 from asrflow.report.stages import build_report
 from asrflow.report.tables import report_markdown, write_report_tables
 from asrflow.text import TextNormalization
@@ -138,7 +138,12 @@ def inputs():
     }
     duplicate = dict(best, evaluated_at="2025-12-01T00:00:00+00:00")
     older = eval_summary(
-        "good", "valid.wer.best", 0.40, artifact_sha256=sha("9"), evaluated_at="2025-11-01"
+        "good",
+        "valid.wer.best",
+        0.40,
+        artifact_sha256=sha("9"),
+        evaluated_at="2025-11-01",
+        run_hashes={"recipe": sha("old recipe"), "train_cuts": {"demo.train": sha("old data")}},
     )
     return train, [last, best], selections, [duplicate, older]
 
@@ -192,8 +197,19 @@ def test_archived_duplicate_dropped_and_other_revision_kept(inputs):
     row = archived.iloc[0]
     assert row["artifact_sha256"] == sha("9")
     assert row["wer"] == pytest.approx(0.40)
-    # train columns describe the current revision, so archived rows do not carry them
-    assert pd.isna(row["status"]) and pd.isna(row["data_sha256"])
+    # train columns describe the current revision, so archived rows do not carry them ...
+    assert pd.isna(row["status"]) and pd.isna(row["steps"])
+    # ... but what their own weights were trained from, as their package recorded it
+    assert row["recipe_sha256"] == sha("old recipe") != train_summary("good")["hashes"]["recipe"]
+    assert row["data_sha256"] == data_fingerprint({"demo.train": sha("old data")})
+    assert pd.isna(row["tokenizer_sha256"])  # not in its record: not claimed
+
+
+def test_an_archived_summary_without_run_hashes_claims_none(inputs):
+    train, evals, selections, (_, older) = inputs
+    del older["run_hashes"]  # written before evaluations carried them
+    row = comparison_table(train, evals, selections, [older]).query("~current").iloc[0]
+    assert row[["data_sha256", "tokenizer_sha256", "recipe_sha256"]].isna().all()
 
 
 def test_train_columns(inputs):

@@ -8,7 +8,6 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 
 from asrflow.errors import AsrflowError
-from asrflow.report.comparison import slice_table
 from asrflow.report.plots import (
     NO_DIFFERENCE,
     plot_learning_curves,
@@ -16,6 +15,7 @@ from asrflow.report.plots import (
     plot_wer_differences,
     slice_intervals,
 )
+from asrflow.report.slices import slice_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -81,11 +81,13 @@ def evaluate_once(
     summary_path: Pathlike,
     utterances_csv: Pathlike,
     alignments_txt: Pathlike,
+    run_hashes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write this artifact's evaluation: from the cache when ``key`` was decoded before,
     else by calling ``evaluate(summary_path=..., utterances_csv=..., alignments_txt=...)``
     (:func:`asrflow.evaluate.stages.evaluate_artifact` with its other arguments bound) and
-    keeping its outputs under ``cache_dir/key``."""
+    keeping its outputs under ``cache_dir/key``. A copy carries this artifact's own names,
+    ``package_files`` and ``run_hashes`` (what its weights were trained from), not the first's."""
     cache = Path(cache_dir)
     entry = cache / key
     outputs = dict(
@@ -93,7 +95,8 @@ def evaluate_once(
     )
     with file_lock(cache / f"{key}.lock"):
         if all((entry / name).is_file() for name in OUTPUTS):
-            return _copy_shared(entry, outputs, run, artifact, eval_set, package_files)
+            own = {"package_files": dict(package_files), "run_hashes": run_hashes}
+            return _copy_shared(entry, outputs, run, artifact, eval_set, own)
         summary = evaluate(
             summary_path=summary_path, utterances_csv=utterances_csv, alignments_txt=alignments_txt
         )
@@ -114,7 +117,7 @@ def _copy_shared(
     run: str,
     artifact: str,
     eval_set: str,
-    package_files: Mapping[str, str],
+    own: Mapping[str, Any],
 ) -> dict[str, Any]:
     summary = read_json(entry / "summary.json")
     first = summary["decoded_by"]
@@ -128,7 +131,7 @@ def _copy_shared(
         first["artifact"],
         first["eval_set"],
     )
-    summary.update(run=run, artifact=artifact, eval_set=eval_set, package_files=dict(package_files))
+    summary.update(run=run, artifact=artifact, eval_set=eval_set, **own)
     shutil.copyfile(entry / "utterances.csv", outputs["utterances.csv"])
     header, _, rest = (entry / "alignments.txt").read_text(encoding="utf-8").partition("\n")
     header = header.replace(f"{first['run']} {first['artifact']} on", f"{run} {artifact} on", 1)

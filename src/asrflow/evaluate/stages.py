@@ -151,6 +151,7 @@ def _what_was_measured(
     return {
         "artifact_sha256": model.manifest["files"]["model.pth"],
         "package_files": dict(model.manifest["files"]),
+        "run_hashes": run_hashes(model.manifest),
         "eval_cuts_sha256": sha256_file(cuts_path),
         "contract": contract.to_dict(),
         "contract_sha256": contract_sha256(contract),
@@ -269,12 +270,19 @@ def _device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+def run_hashes(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a package's weights were trained from (recipe, data, tokenizer, start weights), as
+    its export recorded them; ``None`` for a package without that record (a baseline)."""
+    return (manifest.get("provenance") or {}).get("run_hashes")
+
+
 def evaluate_artifact_once(
     package: Pathlike, cuts_path: Pathlike, *, cache_dir: Pathlike, **kwargs: Any
 ) -> dict[str, Any]:
     """:func:`evaluate_artifact`, decoding identical weights only once per eval set, contract
     and decoding settings (:mod:`asrflow.evaluate.shared`; decodes kept in ``cache_dir``)."""
-    files = read_json(Path(package) / "package.json")["files"]
+    manifest = read_json(Path(package) / "package.json")
+    files = manifest["files"]
     key = decode_key(
         package, files, cuts_path, kwargs["contract"], kwargs["decoding"], kwargs.get("word_lm")
     )
@@ -287,6 +295,7 @@ def evaluate_artifact_once(
         artifact=kwargs["artifact"],
         eval_set=kwargs["eval_set"],
         package_files=files,
+        run_hashes=run_hashes(manifest),
         **outputs,
     )
 

@@ -175,17 +175,24 @@ def _compact(value: Any) -> str:
     return str(value)
 
 
-def _train_columns(train: Mapping[str, Any] | None) -> dict[str, Any]:
-    if train is None:
-        return {"status": "unknown"}
-    hashes = train.get("hashes") or {}
+def _trained_from(hashes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The hash columns of what weights were trained from (a train summary's ``hashes``)."""
+    hashes = hashes or {}
     return {
-        "status": train.get("status", "unknown"),
-        "error": first_line(train.get("error")),
         "data_sha256": data_fingerprint(hashes.get("train_cuts")),
         "tokenizer_sha256": hashes.get("bpe_model"),
         "recipe_sha256": hashes.get("recipe"),
         "start_weights_sha256": hashes.get("start_weights"),
+    }
+
+
+def _train_columns(train: Mapping[str, Any] | None) -> dict[str, Any]:
+    if train is None:
+        return {"status": "unknown"}
+    return {
+        "status": train.get("status", "unknown"),
+        "error": first_line(train.get("error")),
+        **_trained_from(train.get("hashes")),
         "effective_batch_seconds": train.get("effective_batch_seconds"),
         "update_budget": budget_text(train.get("update_budget")),
         "steps": train.get("steps"),
@@ -257,8 +264,10 @@ def comparison_table(
     - A run whose training failed, or that has no evaluation, gets one row with artifact and
       eval set ``"-"``, its status and error (first line, at most 200 characters), no metrics.
     - ``archived`` summaries whose :data:`ARCHIVE_KEY` equals a current one (or an earlier archived
-      one) are dropped; the rest are kept with ``current=False`` and *without* train columns: the
-      current train summary describes a different revision of the model.
+      one) are dropped; the rest are kept with ``current=False``, with the hashes of what their
+      own weights were trained from (the summary's ``run_hashes``, from the package's export
+      record; empty for summaries written before they carried them) and *without* the other
+      train columns: the current train summary describes a different revision of the model.
     - ``selected``: the artifact is ``selections[run]["selected"]`` (same bytes where the selection
       records its hash).
     - ``rank``: 1 = lowest WER among current rows with the same eval set, eval cuts and scoring
@@ -296,6 +305,7 @@ def comparison_table(
             continue
         seen.add(_key(summary))
         row = _eval_columns(summary)
+        row.update(_trained_from(summary.get("run_hashes")))  # its own, not the current run's
         row.update(current=False, selected=_is_selected(summary, selections.get(row["run"])))
         rows.append(row)
     df = _frame(rows)
@@ -367,51 +377,3 @@ def check_contracts(df: pd.DataFrame) -> list[str]:
                 f"({', '.join(c[:SHORT] for c in cuts)}); ranked separately"
             )
     return notes
-
-
-# --- slices ----------------------------------------------------------------------------------
-
-
-def slice_table(
-    eval_summaries: Sequence[Mapping[str, Any]], eval_set: str | None = None
-) -> pd.DataFrame:
-    """Long table of per-slice results: run, artifact, eval_set, field, value, wer, ... .
-
-    With ``eval_set`` only that eval set's summaries are used.
-    """
-    rows = []
-    for s in eval_summaries:
-        if eval_set is not None and s.get("eval_set") != eval_set:
-            continue
-        for field, values in (s.get("slices") or {}).items():
-            for value, p in values.items():
-                rows.append(
-                    {
-                        "run": s.get("run"),
-                        "artifact": s.get("artifact"),
-                        "eval_set": s.get("eval_set"),
-                        "contract_sha256": s.get("contract_sha256"),
-                        "field": field,
-                        "value": value,
-                        "wer": p.get("wer"),
-                        "cer": p.get("cer"),
-                        "num_utterances": p.get("num_utterances"),
-                        "ref_words": p.get("ref_words"),
-                    }
-                )
-    columns = [
-        "run",
-        "artifact",
-        "eval_set",
-        "contract_sha256",
-        "field",
-        "value",
-        "wer",
-        "cer",
-        "num_utterances",
-        "ref_words",
-    ]
-    df = pd.DataFrame(rows, columns=columns)
-    for col in ("wer", "cer"):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    return df

@@ -26,8 +26,9 @@ from matplotlib.figure import Figure
 
 from asrflow.errors import AsrflowError
 from asrflow.io import atomic_output
-from asrflow.report.comparison import NONE, slice_table
+from asrflow.report.comparison import NONE
 from asrflow.report.differences import DIFF_COLUMNS
+from asrflow.report.slices import slice_table
 from asrflow.types import Pathlike
 
 DPI = 110
@@ -128,7 +129,7 @@ def plot_slice_wer(
     each with an error bar from the slice's 95 % interval (``wer_ci_low`` .. ``wer_ci_high``).
 
     ``summaries`` are eval summaries (their ``"slices"`` are read) or a table shaped like
-    :func:`asrflow.report.comparison.slice_table`, optionally with ``wer_ci_low`` and
+    :func:`asrflow.report.slices.slice_table`, optionally with ``wer_ci_low`` and
     ``wer_ci_high`` columns. A slice without an interval (a summary written before intervals
     existed) gets a bar without an error bar. They must cover one eval set, or ``eval_set``
     picks it. Bars of different scoring contracts are drawn but the title says they are not
@@ -167,7 +168,7 @@ def plot_slice_wer(
 
 
 def slice_intervals(table: pd.DataFrame, summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """``table`` (a :func:`~asrflow.report.comparison.slice_table` of ``summaries``) with the
+    """``table`` (a :func:`~asrflow.report.slices.slice_table` of ``summaries``) with the
     columns ``wer_ci_low`` and ``wer_ci_high`` of each slice value (NaN where the summary has
     none); unchanged if it has them already."""
     if {"wer_ci_low", "wer_ci_high"} <= set(table.columns):
