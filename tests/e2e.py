@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
+
+from asrflow.io import file_lock
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -80,3 +85,26 @@ def dry_run(workdir: Path, *args: str, env: dict[str, str] | None = None) -> set
 def rule_counts(jobs: set[str]) -> dict[str, int]:
     """How many jobs of each rule: ``{"evaluate": 8, ...}``."""
     return dict(Counter(job.split("[")[0] for job in jobs))
+
+
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """A private copy of what ``build(directory)`` writes, built once per test session (under
+    pytest-xdist, once for every worker: the first builds it under a file lock in the run's
+    temporary root, the others wait and copy it). Copies are made with symlinks kept and without
+    Snakemake's locks, so a test may change its copy freely."""
+    own = tmp_path_factory.getbasetemp()
+    shared = own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own
+    cache, done = shared / name, shared / f"{name}.done"
+    with file_lock(shared / f"{name}.lock"):
+        if not done.is_file():
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
+            build(cache)
+            done.touch()
+    copy = tmp_path_factory.mktemp(name)
+    shutil.copytree(
+        cache, copy, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("locks")
+    )
+    return copy

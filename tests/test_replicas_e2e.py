@@ -16,7 +16,7 @@ import yaml
 
 from asrflow.hashing import sha256_file
 from tests.e2e import dry_run, rule_counts, snakemake, write_config
-from tests.test_training_e2e import CONFIG, TINY_RECIPE
+from tests.test_training_e2e import CONFIG, TINY_RECIPE, prepared_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +42,9 @@ def _recipe() -> dict:
 
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("replicas")
+    workdir = prepared_tiny(tmp_path_factory)
     write_config(workdir, _config())
-    (workdir / "config/recipes").mkdir(parents=True)
+    (workdir / "config/recipes").mkdir(parents=True, exist_ok=True)
     (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(_recipe()))
     # both replicas' train jobs are in the first DAG: a cluster runs them side by side
     planned = rule_counts(dry_run(workdir))

@@ -37,6 +37,7 @@ from tests.test_slurm_e2e import (
     tiny_recipe,
     trained_steps,
 )
+from tests.test_training_e2e import prepared_tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("the_slurm_cluster_alone")]
 
@@ -56,7 +57,7 @@ def srun_job(tmp_path_factory):
     if reason := slurm_unavailable():
         pytest.skip(reason)
     started = time.time()
-    workdir = tmp_path_factory.mktemp("srun")
+    workdir = prepared_tiny(tmp_path_factory)
     config = tiny_config()
     config["runs"][RUN]["resources"] = dict(RESOURCES)
     write_config(workdir, config)

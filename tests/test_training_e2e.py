@@ -27,6 +27,7 @@ from asrflow.data.cuts import load_cuts
 from asrflow.hashing import sha256_file
 from tests.e2e import (
     REPO,
+    built_once,
     dry_run,
     environment,
     executed,
@@ -106,6 +107,31 @@ CONFIG = {
 }
 
 
+TINY_DATA = (
+    *(f"results/data/tiny/filtered/{split}.jsonl.gz" for split in ("train", "dev", "test")),
+    "results/tokenizers/tiny_char/bpe.model",
+)
+"""CONFIG's corpus made, imported, validated and filtered, and its tokenizer trained."""
+
+
+def prepared_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A work dir with :data:`TINY_DATA` done, built once per test session and copied
+    (:func:`tests.e2e.built_once`), for modules that train on CONFIG's corpus and never change
+    it (test_replicas_e2e, test_slurm_srun). Its config is CONFIG and its recipe TINY_RECIPE; a
+    test may write others over them (data and tokenizer keys unchanged).
+
+    Not for a test that changes audio or manifests: the copy's cuts name the audio of the shared
+    build by absolute path (Lhotse's cuts do), so a change to the copy's audio goes unseen and a
+    change made through the cuts would reach every module; re-imported, the copy's own manifests
+    give cuts with other paths, hence other hashes, and everything after them reruns."""
+
+    def build(workdir: Path) -> None:
+        setup_workdir(workdir, TINY_RECIPE)  # the DAG reads the run's recipe
+        snakemake(workdir, *TINY_DATA)
+
+    return built_once(tmp_path_factory, "tiny-data", build)
+
+
 def setup_workdir(workdir: Path, recipe: dict) -> None:
     write_config(workdir, CONFIG)
     (workdir / "config/recipes").mkdir(parents=True, exist_ok=True)
@@ -136,7 +162,7 @@ def revised(tmp_path_factory) -> Revised:
     """Issue 11's headline scenario, which is also how the module's work dir is built (one whole
     DAG instead of two): the tiny run trained and partly evaluated at lr 0.002, then the recipe's
     lr changed to 0.0015 and the whole DAG run."""
-    workdir = tmp_path_factory.mktemp("train")
+    workdir = tmp_path_factory.mktemp("train")  # not prepared_tiny: tests here change the data
     setup_workdir(workdir, TINY_RECIPE)
     snakemake(workdir, *FIRST_PASS)
     old = json.loads((workdir / "results/runs/tiny_ctc/train/summary.json").read_text())

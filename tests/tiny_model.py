@@ -2,7 +2,8 @@
 
 :func:`train_tiny` trains a ~36 k-parameter transformer until greedy CTC transcribes its four
 eSpeak utterances (``TEXTS``); packages exported from it must then decode the same text through
-every path (ESPnet's ``Speech2Text``, the evaluate rule's greedy path, bf16 or fp32).
+every path (ESPnet's ``Speech2Text``, the evaluate rule's greedy path, bf16 or fp32). Test modules
+take it from :func:`tiny_once`: trained once per test session, a copy for each module.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from asrflow.corpus.espeak import native_sample_rate, resample, synthesize
@@ -20,6 +22,7 @@ from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.model import build_model
+from tests.e2e import built_once
 
 TEXTS = ("red", "blue", "red blue", "blue red")
 MAX_STEPS = 300
@@ -136,4 +139,27 @@ def train_tiny(d: Path) -> Trained:
     )
     plain = d / "weights.pth"
     torch.save(state, plain)
+    np.savez(d / AUDIO, *audio)
     return Trained(model, args, audio, transcripts, bpe, tokens, lightning_ckpt, plain)
+
+
+AUDIO = "audio.npz"
+
+
+def load_tiny(d: Path) -> Trained:
+    """The model :func:`train_tiny` wrote to ``d``, loaded back from its files."""
+    bpe, tokens = d / "bpe.model", d / "tokens.txt"
+    model, args = build_model(TINY_MODEL, tokens, bpe)
+    model.load_state_dict(torch.load(d / "weights.pth"))
+    with np.load(d / AUDIO) as saved:
+        audio = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    transcripts = greedy(model, *batch(audio), TokenEncoder(bpe, tokens))
+    model.eval()
+    return Trained(model, args, audio, transcripts, bpe, tokens, d / "last.ckpt", d / "weights.pth")
+
+
+def tiny_once(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """:func:`train_tiny` once per test session, for every module that needs the tiny model;
+    each gets its own copy of the files (:func:`tests.e2e.built_once`), so a test that damages
+    one (a checkpoint, the token list) cannot reach another module."""
+    return load_tiny(built_once(tmp_path_factory, "tiny-model", train_tiny))

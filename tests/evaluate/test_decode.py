@@ -19,12 +19,12 @@ from asrflow.evaluate.scoring import SCORING_VERSION, contract_sha256
 from asrflow.evaluate.stages import decoding_from_config, evaluate_artifact
 from asrflow.export.package import export_package, load_speech2text
 from asrflow.text import TextNormalization
-from tests.tiny_model import TEXTS, Trained, train_tiny
+from tests.tiny_model import TEXTS, Trained, tiny_once
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    return train_tiny(tmp_path_factory.mktemp("trained"))
+    return tiny_once(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

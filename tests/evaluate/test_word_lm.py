@@ -22,7 +22,7 @@ from asrflow.evaluate.word_lm import (
 )
 from asrflow.export.package import export_package
 from asrflow.tokens import TokenEncoder
-from tests.tiny_model import TEXTS, Trained, train_tiny
+from tests.tiny_model import TEXTS, Trained, tiny_once
 
 
 def test_counts_are_per_sentence_with_boundaries():
@@ -63,7 +63,7 @@ def test_train_transcripts_are_counted_with_the_training_normalization(tmp_path)
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    return train_tiny(tmp_path_factory.mktemp("trained"))
+    return tiny_once(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,12 @@ from asrflow.export.package import (
     verify_package,
 )
 from asrflow.hashing import sha256_file
-from tests.tiny_model import TEXTS, Trained, train_tiny
+from tests.tiny_model import TEXTS, Trained, tiny_once
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    return train_tiny(tmp_path_factory.mktemp("trained"))
+    return tiny_once(tmp_path_factory)
 
 
 def _export(trained: Trained, out_dir: Path, source: Path | None = None, **kw: Any) -> dict:
