@@ -33,30 +33,33 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--files", type=int, default=100_000)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/asrflow-audio-state"))
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    audio_dir = args.workdir / "audio"
+def build_corpus(workdir: Path, files: int) -> list[Path]:
+    """``files`` distinct 4 kB files under ``<workdir>/audio/`` (those already there are kept)."""
+    audio_dir = workdir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
-    paths = [audio_dir / f"{i:06d}.wav" for i in range(args.files)]
+    paths = [audio_dir / f"{i:06d}.wav" for i in range(files)]
     for i, p in enumerate(paths):
         if not p.is_file():
             p.write_bytes(i.to_bytes(4, "little") * 1000)  # 4 kB, distinct
-    cache = HashCache(args.workdir / "cache.sqlite")
+    return paths
+
+
+def measure(workdir: Path, files: int, rounds: int = 5) -> list[tuple[str, float]]:
+    """Build the corpus and record, then time the checks; ``[(check, seconds)]`` in the order
+    of the module docstring (``unchanged`` is the median of ``rounds``)."""
+    paths = build_corpus(workdir, files)
+    cache = HashCache(workdir / "cache.sqlite")
     digests = cache.sha256_many(paths)  # what the import job's record hashed
-    record = args.workdir / "imported.jsonl.gz.prov.json"
+    record = workdir / "imported.jsonl.gz.prov.json"
     record.write_text(json.dumps({"extra_inputs": {"audio": digests}}))
-    state = args.workdir / "state.json"
+    state = workdir / "state.json"
     state.unlink(missing_ok=True)
 
     def check() -> None:
-        refresh_audio_state(state, record, HashCache(args.workdir / "cache.sqlite"))
+        refresh_audio_state(state, record, HashCache(workdir / "cache.sqlite"))
 
     rows = [("first", timed(check))]
-    rows.append(("unchanged", statistics.median(timed(check) for _ in range(args.rounds))))
+    rows.append(("unchanged", statistics.median(timed(check) for _ in range(rounds))))
     before = state.read_text()
     now = time.time()
     for p in paths:
@@ -67,6 +70,16 @@ def main() -> None:
     rows.append(("one changed", timed(check)))
     assert state.read_text() != before
     paths[0].write_bytes((0).to_bytes(4, "little") * 1000)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/asrflow-audio-state"))
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    rows = measure(args.workdir, args.files, args.rounds)
     print(f"{args.files} audio files, {os.cpu_count()} CPU(s)")
     print(f"{'check':<12} {'seconds':>8}")
     for name, seconds in rows:
