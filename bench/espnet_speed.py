@@ -1,0 +1,844 @@
+"""Benchmark: asrflow's training loop against ESPnet2's own trainer and a bare loop, in one process.
+
+Trains the same ESPnet2 model (the recipe's ESPnet keys, built by ``ASRTask.build_model`` as
+asrflow builds it: :func:`asrflow.train.model.build_model`) on the same train cuts, in the same
+process with the same torch threads, with these loops, each for ``--warmup`` + ``--steps``
+optimizer steps:
+
+- ``ESPnet2 trainer``: ``ASRTask.main`` (what ``python -m espnet2.bin.asr_train`` runs) on the
+  cuts written as an ESPnet2 data directory (``wav.scp``, ``text``, and the ``speech_shape`` and
+  ``text_shape.bpe`` files of ``asr.sh``), ``--batch_type numel`` (or ``folded``) with the batch
+  size chosen so that its batches hold as many audio seconds on average as asrflow's; the same
+  optimizer (AdamW), grad clip and DataLoader workers as the recipe;
+- ``asrflow``: the Lightning Trainer that ``rule train`` builds (:func:`asrflow.train.parts.
+  build_trainer_parts` and :func:`asrflow.train.runner._trainer`: Lhotse loader, CSV and
+  TensorBoard loggers, callbacks, diagnostics), validating once, after the timed steps;
+- ``bare loop``: forward, backward, grad clip, AdamW step (and the LR scheduler's) in a plain
+  ``for`` loop on the same model, on batches loaded beforehand: asrflow's (the very batches its
+  run trains on, in the same order) and ESPnet2's, so that padding (Lhotse's duration buckets vs
+  ESPnet's length-sorted batches) and loop overhead can be told apart.
+
+Every step is timed from the start of one training forward to the start of the next (a forward
+pre-hook on the model), so the wait for the next batch and whatever a loop does between batches
+count. Rounds run interleaved (ESPnet2, asrflow, bare, bare, ESPnet2, ...) so that drift on a
+shared machine hits every loop alike; the table gives medians over the timed steps of all rounds
+(and each round's median), audio seconds per step, padding, audio seconds per wall second and the
+ratios the issue sets goals for: asrflow <= 1.0x ESPnet2's time per audio second, asrflow <= 1.05x
+the bare loop on the same batches. ``--breakdown`` adds asrflow runs on its preloaded batches with
+one part after another taken away (loader, callbacks, loggers, grad-norm logging, diagnostics,
+``self.log``), each row's cost the median of the per-batch differences to the row above.
+
+Needs the demo's filtered cuts and tokenizer (``uv run snakemake`` makes them, or only the data
+half: the command the error message prints). CPU only (fp32, no GPU), from the repository root::
+
+    uv run python bench/espnet_speed.py --quick            # ~3 minutes: 40 steps, 1 round
+    uv run python bench/espnet_speed.py                    # 300 steps after 30, 2 rounds
+    uv run python bench/espnet_speed.py --breakdown [--threads 2] [--workdir /tmp/espnet-speed]
+
+Compare ratios measured in one run: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from asrflow import layout
+from asrflow.train.mappings import deep_merge
+from asrflow.train.recipe import Recipe, load_recipe, scaled_lr
+from asrflow.train.spec import RunSpec
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS, TOKENIZER, RECIPE = "demo", "demo_unigram", "config/recipes/demo_conformer.yaml"
+FOLD_LENGTHS = (80000, 150)
+"""``asr.sh``'s ``--fold_length`` for raw audio (samples) and BPE text (tokens)."""
+
+log = logging.getLogger("espnet_speed")
+
+
+# --- what the benchmark trains on ---------------------------------------------------------------
+
+
+def check_inputs(paths: dict[str, Path]) -> None:
+    """Exit with the command that makes the first missing input."""
+    missing = [p for p in paths.values() if not p.is_file()]
+    if not missing:
+        return
+    targets = " ".join(
+        [
+            layout.filtered(CORPUS, "train"),
+            layout.filtered(CORPUS, "dev"),
+            layout.tokenizer_file(TOKENIZER, "bpe.model"),
+        ]
+    )
+    sys.exit(
+        f"espnet_speed: {missing[0]} is missing. Make the demo's filtered cuts and tokenizer "
+        f"first, from the repository root (rules filter_split and train_tokenizer, ~1 minute; "
+        f"or the whole demo: uv run snakemake):\n    uv run snakemake {targets}\n"
+        "or pass --train, --dev and --tokenizer."
+    )
+
+
+def text_normalization() -> dict[str, Any]:
+    """The workflow's ``text_normalization`` (config/config.yaml)."""
+    with open(REPO / "config" / "config.yaml", encoding="utf-8") as f:
+        return dict(yaml.safe_load(f)["text_normalization"])
+
+
+def source_file(cut: Any, sample_rate: int) -> str | None:
+    """The audio file of ``cut`` when the cut is that whole file, mono at ``sample_rate``."""
+    rec = getattr(cut, "recording", None)
+    if rec is None or len(rec.sources) != 1 or rec.sources[0].type != "file" or rec.transforms:
+        return None
+    whole = cut.start == 0 and abs(cut.duration - rec.duration) < 1e-6
+    if not whole or rec.sampling_rate != sample_rate or rec.num_channels != 1:
+        return None
+    return str(Path(rec.sources[0].source).resolve())
+
+
+def write_espnet_dir(cuts: Iterable[Any], out: Path, encoder: Any, sample_rate: int) -> int:
+    """``cuts`` as an ESPnet2 data directory: ``wav.scp``, ``text`` (normalized as asrflow
+    normalizes it), ``speech_shape`` (samples) and ``text_shape.bpe`` (tokens, vocabulary size:
+    what ``asr.sh`` gives the ``numel`` sampler). A cut that is not a whole audio file is written
+    as a 16-bit WAV under ``out/wav``. Returns how many were written so."""
+    import soundfile as sf
+
+    from asrflow.data.cuts import text
+    from asrflow.text import normalize
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = len(encoder.tokens)
+    rows: dict[str, list[str]] = {
+        "wav.scp": [],
+        "text": [],
+        "speech_shape": [],
+        "text_shape.bpe": [],
+    }
+    written = 0
+    for cut in sorted(cuts, key=lambda c: c.id):
+        path = source_file(cut, sample_rate)
+        if path is None:
+            audio = cut.resample(sample_rate).load_audio()[0]
+            path = str((out / "wav" / f"{cut.id}.wav").resolve())
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            sf.write(path, audio, sample_rate, subtype="PCM_16")
+            samples, written = len(audio), written + 1
+        else:
+            samples = cut.recording.num_samples
+        tokens = len(encoder.encode(text(cut)))
+        rows["wav.scp"].append(f"{cut.id} {path}")
+        rows["text"].append(f"{cut.id} {normalize(text(cut), encoder.normalization)}")
+        rows["speech_shape"].append(f"{cut.id} {samples}")
+        rows["text_shape.bpe"].append(f"{cut.id} {tokens},{vocab}")
+    for name, lines in rows.items():
+        (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return written
+
+
+def mean_batch_audio(batches: Sequence[Sequence[str]], samples: dict[str, int], sr: int) -> float:
+    return sum(samples[u] for b in batches for u in b) / sr / max(len(batches), 1)
+
+
+def calibrate_espnet(
+    data: Path, batch_type: str, target: float, sample_rate: int
+) -> tuple[int, float, int]:
+    """The ``--batch_bins`` (numel) or ``--batch_size`` (folded) whose ESPnet2 batches hold on
+    average the closest to ``target`` audio seconds: (size, mean seconds, batches per epoch)."""
+    from espnet2.samplers.build_batch_sampler import build_batch_sampler
+
+    shapes = [str(data / "speech_shape"), str(data / "text_shape.bpe")]
+    samples = {}
+    for line in (data / "speech_shape").read_text(encoding="utf-8").splitlines():
+        utt, n = line.split()
+        samples[utt] = int(n)
+
+    def batches(size: int) -> list[Any]:
+        sampler = build_batch_sampler(
+            type=batch_type,
+            batch_size=size if batch_type == "folded" else 1,
+            batch_bins=size if batch_type == "numel" else 1,
+            shape_files=shapes,
+            sort_in_batch="descending",
+            sort_batch="descending",
+            fold_lengths=FOLD_LENGTHS,
+        )
+        return list(sampler)
+
+    logging.disable(logging.INFO)  # the sampler logs itself at each try
+    try:
+        lo, hi = 1, (len(samples) if batch_type == "folded" else 2**31 - 1)
+        while lo < hi:  # the smallest size whose mean reaches the target
+            mid = (lo + hi) // 2
+            if mean_batch_audio(batches(mid), samples, sample_rate) < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        options = [(s, batches(s)) for s in {max(lo - 1, 1), lo}]
+    finally:
+        logging.disable(logging.NOTSET)
+    size, chosen = min(
+        options, key=lambda o: abs(mean_batch_audio(o[1], samples, sample_rate) - target)
+    )
+    return size, mean_batch_audio(chosen, samples, sample_rate), len(chosen)
+
+
+def asrflow_epoch_audio(spec: RunSpec, recipe: Recipe) -> tuple[float, int]:
+    """Mean audio seconds per batch of asrflow's train sampler over its first epoch, and the
+    number of batches (no audio is read)."""
+    from asrflow.train.data import make_sampler
+    from asrflow.train.parts import load_train_cuts
+
+    sampler = make_sampler(load_train_cuts(spec, recipe), recipe.batching, world_size=1, rank=0)
+    sampler.set_epoch(0)
+    seconds = [sum(c.duration for c in cuts) for cuts in sampler]
+    return sum(seconds) / len(seconds), len(seconds)
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timed:
+    """What a :class:`StepClock` recorded in one run: per training forward, when it started, the
+    batch's speech lengths (samples) and its padded size (samples)."""
+
+    label: str
+    sample_rate: int
+    starts: list[float] = field(default_factory=list)
+    lengths: list[tuple[int, ...]] = field(default_factory=list)
+    padded: list[int] = field(default_factory=list)
+    launched: float = field(default_factory=time.perf_counter)
+
+    def window(self, warmup: int, steps: int) -> dict[str, list[float]]:
+        """The timed steps: seconds (forward start to the next forward start), audio seconds,
+        padded seconds and utterances of steps ``warmup .. warmup + steps - 1``."""
+        if len(self.starts) < warmup + steps + 1:
+            raise RuntimeError(
+                f"{self.label}: {len(self.starts)} training forwards, need {warmup + steps + 1}"
+            )
+        sr, span = self.sample_rate, range(warmup, warmup + steps)
+        return {
+            "seconds": [self.starts[i + 1] - self.starts[i] for i in span],
+            "audio": [sum(self.lengths[i]) / sr for i in span],
+            "padded": [self.padded[i] / sr for i in span],
+            "utts": [float(len(self.lengths[i])) for i in span],
+        }
+
+    @property
+    def setup_seconds(self) -> float:
+        return self.starts[0] - self.launched if self.starts else math.nan
+
+
+class StepClock:
+    """A forward pre-hook that records a :class:`Timed` entry per training-mode forward."""
+
+    def __init__(self, timed: Timed) -> None:
+        self.timed = timed
+
+    def attach(self, model: torch.nn.Module) -> None:
+        model.register_forward_pre_hook(self._tick, with_kwargs=True)
+
+    def _tick(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if not module.training:
+            return
+        t = time.perf_counter()
+        speech = kwargs["speech"] if "speech" in kwargs else args[0]
+        lengths = kwargs["speech_lengths"] if "speech_lengths" in kwargs else args[1]
+        self.timed.starts.append(t)
+        self.timed.lengths.append(tuple(int(x) for x in lengths.tolist()))
+        self.timed.padded.append(int(speech.shape[0] * speech.shape[1]))
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+
+def espnet_command(
+    recipe: Recipe, spec: RunSpec, data: Path, out: Path, batch_type: str, size: int, n: int
+) -> list[str]:
+    """``asr_train`` arguments: the recipe's ESPnet keys and its optimizer, grad clip and
+    workers in a config file (as ESPnet recipes keep ``conf/train_asr.yaml``), ``n`` steps."""
+    from asrflow.train.sections import warmup_steps
+
+    o = recipe.optim
+    config = {
+        **recipe.model,
+        "optim": "adamw",
+        "optim_conf": {
+            "lr": scaled_lr(recipe),
+            "betas": list(o.betas),
+            "eps": o.eps,
+            "weight_decay": o.weight_decay,
+        },
+        "scheduler": "warmuplr",
+        "scheduler_conf": {
+            "warmup_steps": warmup_steps(recipe.scheduler, recipe.trainer.max_steps)
+        },
+        "grad_clip": recipe.trainer.gradient_clip_val,
+        "accum_grad": 1,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out.parent / "train_asr.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    train, dev = data / "train", data / "dev"
+    size_arg = "--batch_bins" if batch_type == "numel" else "--batch_size"
+    return [
+        "--config", str(config_path), "--output_dir", str(out),
+        "--token_list", str(Path(spec.tokens).resolve()), "--token_type", "bpe",
+        "--bpemodel", str(Path(spec.bpe_model).resolve()),
+        "--train_data_path_and_name_and_type", f"{train}/wav.scp,speech,sound",
+        "--train_data_path_and_name_and_type", f"{train}/text,text,text",
+        "--train_shape_file", f"{train}/speech_shape",
+        "--train_shape_file", f"{train}/text_shape.bpe",
+        "--valid_data_path_and_name_and_type", f"{dev}/wav.scp,speech,sound",
+        "--valid_data_path_and_name_and_type", f"{dev}/text,text,text",
+        "--valid_shape_file", f"{dev}/speech_shape",
+        "--valid_shape_file", f"{dev}/text_shape.bpe",
+        "--batch_type", batch_type, size_arg, str(size),
+        "--fold_length", str(FOLD_LENGTHS[0]), "--fold_length", str(FOLD_LENGTHS[1]),
+        "--num_iters_per_epoch", str(n), "--max_epoch", "1",
+        "--num_workers", str(recipe.batching.num_workers),
+        "--ngpu", "0", "--use_amp", "false", "--train_dtype", "float32",
+        "--seed", str(recipe.trainer.seed),
+        "--keep_nbest_models", "1", "--num_att_plot", "0", "--use_matplotlib", "false",
+    ]  # fmt: skip
+
+
+def run_espnet(cmd: list[str], timed: Timed) -> Timed:
+    """ESPnet2's trainer, ``ASRTask.main(cmd=...)``, with a clock on the model it builds."""
+    from espnet2.tasks.asr import ASRTask
+
+    clock = StepClock(timed)
+
+    class TimedASRTask(ASRTask):
+        @classmethod
+        def build_model(cls, args: argparse.Namespace) -> Any:
+            model = super().build_model(args)
+            clock.attach(model)
+            return model
+
+    out = Path(cmd[cmd.index("--output_dir") + 1])
+    shutil.rmtree(out, ignore_errors=True)
+    timed.launched = time.perf_counter()
+    TimedASRTask.main(cmd=cmd)
+    return timed
+
+
+def espnet_batches(cmd: list[str], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` batches ESPnet2's trainer trains on with ``cmd`` (its own iterator)."""
+    from espnet2.tasks.asr import ASRTask
+    from espnet2.train.distributed_utils import DistributedOption, resolve_distributed_mode
+    from espnet2.utils.build_dataclass import build_dataclass
+
+    args = ASRTask.get_parser().parse_args(cmd)
+    resolve_distributed_mode(args)  # as ASRTask.main does
+    option = build_dataclass(DistributedOption, args)
+    option.init_options()
+    factory = ASRTask.build_iter_factory(args=args, distributed_option=option, mode="train")
+    batches = []
+    for _, batch in factory.build_iter(1):
+        batches.append({k: batch[k] for k in ("speech", "speech_lengths", "text", "text_lengths")})
+        if len(batches) == n:
+            break
+    return batches
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An asrflow run, whole (as ``rule train``) or with parts taken away (``--breakdown``)."""
+
+    label: str
+    preloaded: bool = False
+    loggers: bool = True
+    callbacks: bool = True
+    grad_norm: bool = True
+    diagnostics: bool = True
+    self_log: bool = True
+
+
+ASRFLOW = Variant("asrflow (rule train)")
+BREAKDOWN = [
+    Variant("asrflow, batches preloaded", preloaded=True),
+    Variant("  - callbacks", preloaded=True, callbacks=False),
+    Variant("  - loggers", preloaded=True, callbacks=False, loggers=False),
+    Variant("  - grad-norm logging", True, loggers=False, callbacks=False, grad_norm=False),
+    Variant(
+        "  - diagnostics", True, loggers=False, callbacks=False, grad_norm=False, diagnostics=False
+    ),
+    Variant(
+        "  - self.log",
+        True,
+        loggers=False,
+        callbacks=False,
+        grad_norm=False,
+        diagnostics=False,
+        self_log=False,
+    ),
+]
+"""Each takes one more part away than the one before."""
+
+
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class Preloaded:
+    """Batches loaded beforehand, as one iterable (a plain list is several loaders to
+    Lightning)."""
+
+    def __init__(self, batches: list[dict[str, Any]]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Any:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def run_asrflow(
+    spec: RunSpec,
+    recipe: Recipe,
+    work: Path,
+    n: int,
+    timed: Timed,
+    variant: Variant = ASRFLOW,
+    batches: list[dict[str, Any]] | None = None,
+) -> Timed:
+    """``n`` steps of the Trainer ``rule train`` builds (validation once, at the end)."""
+    from asrflow.artifacts import CHECKPOINTS, LAST_CHECKPOINT
+    from asrflow.train.cluster import cpu_fallback
+    from asrflow.train.failures import PreemptionCheckpoint, RankFailures
+    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.runner import _trainer
+    from asrflow.train.trainer import trainer_kwargs
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    timed.launched = time.perf_counter()
+    parts = build_trainer_parts(spec, recipe, work)
+    module = parts["module"]
+    StepClock(timed).attach(module.model)
+    kwargs, _ = cpu_fallback(trainer_kwargs(recipe))
+    # the recipe's schedule; the Trainer stops after n steps and validates then, not before
+    kwargs.update(max_steps=n, val_check_interval=n)
+    kwargs.update(enable_progress_bar=False, enable_model_summary=False)  # stdout: the table
+    extra = [PreemptionCheckpoint(work / CHECKPOINTS / LAST_CHECKPOINT), RankFailures()]
+    if not variant.loggers:
+        parts["loggers"] = False
+    if not variant.callbacks:
+        parts["callbacks"], extra = [], []
+    if not variant.grad_norm:
+        module.on_before_optimizer_step = _ignore
+    if not variant.diagnostics:
+        module.diagnostics = None
+    if not variant.self_log:
+        module.log = module.log_dict = _ignore
+    trainer = _trainer(work, parts, extra, kwargs)
+    preloaded = variant.preloaded and batches is not None
+    train = Preloaded(batches[:n]) if preloaded else parts["train_loader"]
+    trainer.fit(module, train, parts["dev_loader"])
+    return timed
+
+
+def asrflow_batches(spec: RunSpec, recipe: Recipe, work: Path, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` batches of asrflow's train loader, epochs as Lightning sets them."""
+    from asrflow.train.parts import build_trainer_parts
+
+    parts = build_trainer_parts(spec, recipe, work)
+    loader, batches, epoch = parts["train_loader"], [], 0
+    while len(batches) < n:
+        loader.sampler.set_epoch(epoch)
+        for batch in loader:
+            batches.append(batch)
+            if len(batches) == n:
+                break
+        epoch += 1
+    return batches
+
+
+def run_bare(spec: RunSpec, recipe: Recipe, batches: list[dict[str, Any]], timed: Timed) -> Timed:
+    """Forward, backward, grad clip, optimizer and LR step on ``batches``: asrflow's model,
+    optimizer, schedule and per-token loss, nothing else."""
+    import lightning as L
+
+    from asrflow.train.loss import per_token
+    from asrflow.train.model import build_model
+    from asrflow.train.schedule import build_optimizer, build_scheduler
+
+    timed.launched = time.perf_counter()
+    L.seed_everything(recipe.trainer.seed, verbose=False)
+    model, _ = build_model(recipe.model, spec.tokens, spec.bpe_model)
+    StepClock(timed).attach(model)
+    optimizer = build_optimizer(model.parameters(), recipe.optim, scaled_lr(recipe))
+    scheduler = build_scheduler(optimizer, recipe)["scheduler"]
+    clip = recipe.trainer.gradient_clip_val
+    params = [p for p in model.parameters() if p.requires_grad]
+    steps = [
+        (
+            b["speech"],
+            b["speech_lengths"],
+            b["text"],
+            b["text_lengths"],
+            int(b["text_lengths"].sum()),
+        )
+        for b in batches
+    ]
+    model.train()
+    for speech, speech_lengths, text, text_lengths, tokens in steps:
+        loss_utt, _, _ = model(speech, speech_lengths, text, text_lengths)
+        per_token(loss_utt, len(speech_lengths), tokens).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    return timed
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    label: str
+    rounds: list[Timed]
+    warmup: int
+    steps: int
+
+    def __post_init__(self) -> None:
+        self.windows = [t.window(self.warmup, self.steps) for t in self.rounds]
+
+    def pooled(self, key: str) -> list[float]:
+        return [x for w in self.windows for x in w[key]]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.pooled("seconds"))
+
+    @property
+    def audio(self) -> float:
+        return statistics.fmean(self.pooled("audio"))
+
+    @property
+    def per_audio_second(self) -> float:
+        """Seconds of training per audio second: median seconds per step / mean audio per step."""
+        return self.median / self.audio
+
+    @property
+    def padding(self) -> float:
+        return 1.0 - sum(self.pooled("audio")) / sum(self.pooled("padded"))
+
+    def same_batches(self, other: Row) -> bool:
+        return all(
+            a.lengths[: self.warmup + self.steps] == b.lengths[: self.warmup + self.steps]
+            for a, b in zip(self.rounds, other.rounds, strict=True)
+        )
+
+    def paired(self, other: Row, how: Callable[[float, float], float]) -> float:
+        """Median over the steps of every round of ``how(this step, other's same step)``."""
+        values = [
+            how(x, y)
+            for a, b in zip(self.windows, other.windows, strict=True)
+            for x, y in zip(a["seconds"], b["seconds"], strict=True)
+        ]
+        return statistics.median(values)
+
+
+def print_table(rows: list[Row], base: Row) -> None:
+    head = (
+        f"{'loop':<30}{'s/step':>8}{'mean':>8}{'rounds (median s/step)':>24}{'audio s':>9}"
+        f"{'utts':>6}{'padding':>9}{'audio s/s':>10}{'start s':>9}{'per audio s':>13}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        per_round = " ".join(f"{statistics.median(w['seconds']):.4f}" for w in r.windows)
+        setup = statistics.fmean(t.setup_seconds for t in r.rounds)
+        print(
+            f"{r.label:<30}{r.median:>8.4f}{statistics.fmean(r.pooled('seconds')):>8.4f}"
+            f"{per_round:>24}{r.audio:>9.2f}{statistics.fmean(r.pooled('utts')):>6.1f}"
+            f"{100 * r.padding:>8.1f}%{r.audio / r.median:>10.0f}{setup:>9.1f}"
+            f"{r.per_audio_second / base.per_audio_second:>12.3f}x"
+        )
+
+
+def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
+    def line(what: str, value: float, note: str, limit: float | None = None) -> None:
+        if limit is not None:
+            met = "met" if value <= limit else "NOT met"
+            note = f"goal <= {limit:.2f}x: {met}" + (f"; {note}" if note else "")
+        print(f"{what:<60}{value:6.3f}x  ({note})")
+
+    line(
+        "asrflow / ESPnet2 trainer, time per audio second",
+        asrflow.per_audio_second / espnet.per_audio_second,
+        "",
+        1.0,
+    )
+    for loop, bare, limit in ((asrflow, bare_a, 1.05), (espnet, bare_e, None)):
+        name = loop.label.split(" (")[0]
+        if not loop.same_batches(bare):
+            print(f"{name} / {bare.label}: other batches (a bug), no ratio")
+            continue
+        extra = loop.paired(bare, lambda x, y: x - y)
+        line(
+            f"{name} / bare loop, same batches (paired median)",
+            loop.paired(bare, lambda x, y: x / y),
+            f"+{1000 * extra:.1f} ms/step",
+            limit,
+        )
+    line(
+        "bare loop, asrflow's / ESPnet2's batches, per audio s",
+        bare_a.per_audio_second / bare_e.per_audio_second,
+        f"padding {100 * bare_a.padding:.1f} % vs {100 * bare_e.padding:.1f} %, "
+        f"{statistics.fmean(bare_a.pooled('utts')):.1f} vs "
+        f"{statistics.fmean(bare_e.pooled('utts')):.1f} utterances per batch",
+    )
+
+
+def print_breakdown(asrflow: Row, rows: list[Row], bare: Row) -> None:
+    """Each row: asrflow with one more part taken away; its cost is the median over the steps of
+    (row above - this row) on the same batches."""
+    print(f"{'asrflow run, taken away':<30}{'s/step':>8}{'it cost':>16}{'vs bare':>10}")
+    print(f"{asrflow.label:<30}{asrflow.median:>8.4f}{'':>16}{asrflow.median / bare.median:>9.3f}x")
+    above = asrflow
+    for r in [*rows, bare]:
+        if r.same_batches(above):
+            cost = f"{1000 * above.paired(r, lambda x, y: x - y):+.1f} ms/step"
+        else:
+            cost = "other batches"
+        label = "  = bare loop (Lightning: above)" if r is bare else r.label
+        print(f"{label:<30}{r.median:>8.4f}{cost:>16}{r.median / bare.median:>9.3f}x")
+        above = r
+
+
+# --- the header -----------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    model = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {os.cpu_count()} cores ({usable} usable)"
+
+
+def commit() -> str:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "HEAD") or "unknown"
+    return head + (" (uncommitted changes)" if git("status", "--porcelain") else "")
+
+
+def versions() -> str:
+    import espnet
+    import lhotse
+    import lightning
+
+    return (
+        f"torch {torch.__version__}, ESPnet {espnet.__version__}, "
+        f"Lightning {lightning.__version__}, Lhotse {lhotse.__version__}"
+    )
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    results = REPO / layout.RESULTS
+    parser.add_argument("--recipe", default=str(REPO / RECIPE))
+    parser.add_argument("--train", default=str(REPO / layout.filtered(CORPUS, "train")))
+    parser.add_argument("--dev", default=str(REPO / layout.filtered(CORPUS, "dev")))
+    parser.add_argument("--tokenizer", default=str(results / "tokenizers" / TOKENIZER))
+    parser.add_argument("--steps", type=int, default=300, help="timed steps per loop and round")
+    parser.add_argument("--warmup", type=int, default=30, help="steps left out of the figures")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads, every loop")
+    parser.add_argument("--quick", action="store_true", help="40 steps after 10, one round")
+    parser.add_argument("--breakdown", action="store_true", help="asrflow with parts removed")
+    parser.add_argument("--batch-type", choices=["numel", "folded"], default="numel")
+    parser.add_argument("--dev-cuts", type=int, default=8, help="dev cuts validated at the end")
+    parser.add_argument("--workdir", help="kept afterwards (default: a temporary directory)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (YAML)"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.rounds = 40, 10, 1
+    if args.steps < 2 or args.warmup < 1 or args.rounds < 1:
+        parser.error("need --steps >= 2, --warmup >= 1, --rounds >= 1")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
+    )
+    tok = Path(args.tokenizer)
+    inputs = {
+        "recipe": Path(args.recipe),
+        "train": Path(args.train),
+        "dev": Path(args.dev),
+        "bpe_model": tok / "bpe.model",
+        "tokens": tok / "tokens.txt",
+    }
+    check_inputs(inputs)
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # as rule train does, for child processes
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="asrflow-espnet-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        benchmark(args, inputs, work)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> None:
+    from asrflow.data.cuts import load_cuts
+    from asrflow.export.find import model_sample_rate
+    from asrflow.text import TextNormalization
+    from asrflow.tokens import TokenEncoder
+    from asrflow.train.model import build_model, num_parameters
+    from asrflow.train.parts import load_train_cuts
+
+    started, load_before = datetime.datetime.now().astimezone(), load()
+    overrides: dict[str, Any] = {}
+    for item in args.set:  # e.g. batching.num_buckets=30
+        key, _, value = item.partition("=")
+        nested: Any = yaml.safe_load(value)
+        for part in reversed(key.split(".")):
+            nested = {part: nested}
+        overrides = deep_merge(overrides, nested)
+    recipe = load_recipe(inputs["recipe"], overrides)
+    spec = RunSpec(
+        name="espnet_speed",
+        recipe=str(inputs["recipe"]),
+        overrides=overrides,
+        train_cuts=[str(inputs["train"])],
+        dev_cuts=str(inputs["dev"]),
+        bpe_model=str(inputs["bpe_model"]),
+        tokens=str(inputs["tokens"]),
+        normalization=text_normalization(),
+        max_dev_cuts=args.dev_cuts,
+    )
+    n = args.warmup + args.steps + 1  # steps run per loop: the last one only ends the timing
+    model, model_args = build_model(recipe.model, spec.tokens, spec.bpe_model)
+    sr = model_sample_rate(model_args.frontend_conf)
+    params = num_parameters(model)
+    del model
+
+    # ESPnet2's data directory, its batches sized to asrflow's audio per batch
+    encoder = TokenEncoder(
+        spec.bpe_model, spec.tokens, TextNormalization.from_dict(spec.normalization)
+    )
+    data = work / "espnet_data"
+    written = write_espnet_dir(load_train_cuts(spec, recipe), data / "train", encoder, sr)
+    dev = load_cuts(spec.dev_cuts)
+    written += write_espnet_dir(
+        dev.subset(first=min(args.dev_cuts, len(dev))), data / "dev", encoder, sr
+    )
+    target, asrflow_per_epoch = asrflow_epoch_audio(spec, recipe)
+    size, espnet_audio, espnet_per_epoch = calibrate_espnet(
+        data / "train", args.batch_type, target, sr
+    )
+    size_name = "batch_bins" if args.batch_type == "numel" else "batch_size"
+    cmd = espnet_command(recipe, spec, data, work / "espnet" / "exp", args.batch_type, size, n)
+
+    log.info("loading %d batches of each loader for the bare loop", n)
+    batches_a = asrflow_batches(spec, recipe, work / "preload", n)
+    batches_e = espnet_batches(cmd, n)
+    gc.collect()
+
+    loops: list[tuple[str, Callable[[Timed], Timed]]] = [
+        (f"ESPnet2 trainer ({args.batch_type})", lambda t: run_espnet(cmd, t)),
+        (ASRFLOW.label, lambda t: run_asrflow(spec, recipe, work / "asrflow", n, t)),
+        ("bare loop, asrflow batches", lambda t: run_bare(spec, recipe, batches_a, t)),
+        ("bare loop, ESPnet2 batches", lambda t: run_bare(spec, recipe, batches_e, t)),
+    ]
+    if args.breakdown:
+        for v in BREAKDOWN:
+            loops.append(
+                (
+                    v.label,
+                    lambda t, v=v: run_asrflow(spec, recipe, work / "asrflow", n, t, v, batches_a),
+                )
+            )
+    timed: dict[str, list[Timed]] = {label: [] for label, _ in loops}
+    for r in range(args.rounds):
+        for label, run in loops:
+            log.info("round %d of %d: %s, %d steps", r + 1, args.rounds, label, n)
+            timed[label].append(run(Timed(label, sr)))
+            gc.collect()
+    rows = {label: Row(label, runs, args.warmup, args.steps) for label, runs in timed.items()}
+    (work / "timings.json").write_text(
+        json.dumps(
+            {label: [row.window(0, n - 1) for row in runs] for label, runs in timed.items()}
+        ),
+        encoding="utf-8",
+    )  # every step, warm-up included, for a closer look (kept with --workdir)
+    labels = [label for label, _ in loops]
+    espnet, asrflow, bare_a, bare_e = (rows[label] for label in labels[:4])
+
+    print()
+    print(f"bench/espnet_speed.py, {started.isoformat(timespec='seconds')}, commit {commit()}")
+    print(f"machine: {machine()}, {platform.platform()}")
+    print(f"{versions()}; {args.threads} torch threads, fp32 on the CPU")
+    print(f"load average (1, 5, 15 min): {load_before} before, {load()} after")
+    print(
+        f"model: {Path(args.recipe).name} ESPnet keys, {params / 1e6:.2f} M parameters; "
+        f"overrides {overrides or '-'}; "
+        f"{recipe.batching.num_workers} DataLoader worker(s) in both trainers"
+    )
+    print(
+        f"batches: asrflow Lhotse max_duration {recipe.batching.max_duration:g} s, "
+        f"{recipe.batching.num_buckets} buckets: {target:.2f} audio s/batch over an epoch "
+        f"({asrflow_per_epoch} batches); ESPnet2 {args.batch_type} {size_name} {size}: "
+        f"{espnet_audio:.2f} s/batch ({espnet_per_epoch} batches)"
+    )
+    if written:
+        print(f"({written} cuts that are not whole audio files were written as WAV for ESPnet2)")
+    print(
+        f"{args.rounds} round(s) interleaved, each loop {args.steps} timed steps after "
+        f"{args.warmup}; s/step: median of the step-to-step wall clock (forward start to forward "
+        "start) over all rounds; audio s/s and 'per audio s' (vs ESPnet2) from that median and "
+        "the mean audio per step; start s: seconds from launch to the first step"
+    )
+    print()
+    print_table([rows[label] for label in labels[:4]], espnet)
+    print()
+    print_ratios(espnet, asrflow, bare_a, bare_e)
+    if args.breakdown:
+        print()
+        print_breakdown(asrflow, [rows[label] for label in labels[4:]], bare_a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+#!/bin/bash
+# The CPU benchmarks of issue 15, one after another, each printing its table of ratios:
+#
+#   bench/run_all.sh [--quick] [OUT_DIR]     (default OUT_DIR results/bench; --quick: minutes)
+#
+#   1. bench/rerun_speed.py  - hashing against sha256sum, the cached re-check, the no-op dry run
+#   2. bench/eval_speed.py   - asrflow's decoders against ESPnet's Speech2Text (beam 1 and 10)
+#   3. bench/espnet_speed.py - asrflow's training loop against ESPnet2's trainer and a bare loop
+#
+# 2 and 3 need the demo's data, tokenizer and exports (`uv run snakemake`, the README's main
+# command, makes them); each script says what is missing and which command makes it. Each runs
+# under a time limit, so that one failing stage leaves the others' figures. The GPU rows come from
+# bench/gpu_check.sh on a GPU machine. Figures are ratios measured in one process: these machines
+# are shared and noisy, so compare ratios, and look at the load average each script prints.
+# PY names the interpreter (default: the project's uv environment).
+set -u
+QUICK=()
+if [ "${1:-}" = "--quick" ]; then
+    QUICK=(--quick)
+    shift
+fi
+OUT=${1:-results/bench}
+PY=${PY:-uv run python}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+START=$(date +%s)
+{
+    echo "asrflow benchmarks ${QUICK[*]:-(full)}: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' + uncommitted changes')"
+    echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
+} | tee "$SUMMARY"
+
+run() {  # run NAME LIMIT_S SCRIPT ARGS...
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (+$(($(date +%s) - START)) s)" | tee -a "$SUMMARY"
+    timeout -k 10 "$limit" $PY "$@" "${QUICK[@]}" >"$OUT/$name.txt" 2>"$OUT/$name.log"
+    local status=$?
+    cat "$OUT/$name.txt" | tee -a "$SUMMARY"
+    if [ $status -ne 0 ]; then
+        echo "$name: exit status $status; the end of $OUT/$name.log:" | tee -a "$SUMMARY"
+        tail -5 "$OUT/$name.log" | tee -a "$SUMMARY"
+    fi
+}
+
+run rerun_speed "${RERUN_S:-1200}" bench/rerun_speed.py
+run eval_speed "${EVAL_S:-1200}" bench/eval_speed.py
+run espnet_speed "${TRAIN_S:-2400}" bench/espnet_speed.py
+echo "== done in $(($(date +%s) - START)) s; tables in $SUMMARY" | tee -a "$SUMMARY"
