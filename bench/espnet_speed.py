@@ -227,6 +227,8 @@ class Timed:
     lengths: list[tuple[int, ...]] = field(default_factory=list)
     padded: list[int] = field(default_factory=list)
     launched: float = field(default_factory=time.perf_counter)
+    profile: dict[str, list[float]] = field(default_factory=dict)
+    """A profiled run's durations per action (Lightning's ``SimpleProfiler``)."""
 
     def window(self, warmup: int, steps: int) -> dict[str, list[float]]:
         """The timed steps: seconds (forward start to the next forward start), audio seconds,
@@ -363,37 +365,19 @@ def espnet_batches(cmd: list[str], n: int) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Variant:
-    """An asrflow run, whole (as ``rule train``) or with parts taken away (``--breakdown``)."""
+    """An asrflow run: whole (as ``rule train``), with parts taken away, or profiled."""
 
     label: str
     preloaded: bool = False
-    loggers: bool = True
-    callbacks: bool = True
-    grad_norm: bool = True
-    diagnostics: bool = True
-    self_log: bool = True
+    extras: bool = True
+    """Callbacks, loggers, grad-norm logging, diagnostics and ``self.log``."""
+    profiled: bool = False
 
 
 ASRFLOW = Variant("asrflow (rule train)")
-BREAKDOWN = [
-    Variant("asrflow, batches preloaded", preloaded=True),
-    Variant("  - callbacks", preloaded=True, callbacks=False),
-    Variant("  - loggers", preloaded=True, callbacks=False, loggers=False),
-    Variant("  - grad-norm logging", True, loggers=False, callbacks=False, grad_norm=False),
-    Variant(
-        "  - diagnostics", True, loggers=False, callbacks=False, grad_norm=False, diagnostics=False
-    ),
-    Variant(
-        "  - self.log",
-        True,
-        loggers=False,
-        callbacks=False,
-        grad_norm=False,
-        diagnostics=False,
-        self_log=False,
-    ),
-]
-"""Each takes one more part away than the one before."""
+PRELOADED = Variant("asrflow, batches preloaded", preloaded=True)
+NO_EXTRAS = Variant("asrflow, preloaded, no extras", preloaded=True, extras=False)
+PROFILED = Variant("asrflow (rule train), profiled", profiled=True)
 
 
 def _ignore(*args: Any, **kwargs: Any) -> None:
@@ -414,6 +398,14 @@ class Preloaded:
         return len(self.batches)
 
 
+def _profiled(profiler: Any, action: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with profiler.profile(action):
+            return fn(*args, **kwargs)
+
+    return call
+
+
 def run_asrflow(
     spec: RunSpec,
     recipe: Recipe,
@@ -423,7 +415,15 @@ def run_asrflow(
     variant: Variant = ASRFLOW,
     batches: list[dict[str, Any]] | None = None,
 ) -> Timed:
-    """``n`` steps of the Trainer ``rule train`` builds (validation once, at the end)."""
+    """``n`` steps of the Trainer ``rule train`` builds (validation once, at the end).
+
+    ``variant.extras`` False: no callbacks, no loggers, and the module's grad-norm logging,
+    diagnostics and ``self.log`` calls are no-ops. ``variant.profiled``: Lightning's
+    ``SimpleProfiler`` times its hooks and the data fetch, and times the model's forward, the
+    loggers' ``log_metrics``, ``self.log``/``log_dict`` and the diagnostics besides (into
+    ``timed.profile``)."""
+    from lightning.pytorch.profilers import SimpleProfiler
+
     from asrflow.artifacts import CHECKPOINTS, LAST_CHECKPOINT
     from asrflow.train.cluster import cpu_fallback
     from asrflow.train.failures import PreemptionCheckpoint, RankFailures
@@ -442,20 +442,31 @@ def run_asrflow(
     kwargs.update(max_steps=n, val_check_interval=n)
     kwargs.update(enable_progress_bar=False, enable_model_summary=False)  # stdout: the table
     extra = [PreemptionCheckpoint(work / CHECKPOINTS / LAST_CHECKPOINT), RankFailures()]
-    if not variant.loggers:
-        parts["loggers"] = False
-    if not variant.callbacks:
-        parts["callbacks"], extra = [], []
-    if not variant.grad_norm:
-        module.on_before_optimizer_step = _ignore
-    if not variant.diagnostics:
+    if not variant.extras:
+        parts["loggers"], parts["callbacks"], extra = False, [], []
         module.diagnostics = None
-    if not variant.self_log:
-        module.log = module.log_dict = _ignore
+        module.on_before_optimizer_step = module.log = module.log_dict = _ignore
+    profiler = None
+    if variant.profiled:
+        profiler = kwargs["profiler"] = SimpleProfiler(dirpath=work, filename="profile")
+        module.log = _profiled(profiler, "[asrflow] self.log", module.log)
+        module.log_dict = _profiled(profiler, "[asrflow] self.log_dict", module.log_dict)
+        diagnostics = parts["diagnostics"]
+        diagnostics.observe_loss = _profiled(
+            profiler, "[asrflow] diagnostics.observe_loss", diagnostics.observe_loss
+        )
+        for logger in parts["loggers"]:
+            name = f"[Logger] {type(logger).__name__}.log_metrics"
+            logger.log_metrics = _profiled(profiler, name, logger.log_metrics)
+        forward = "[model] forward"
+        module.model.register_forward_pre_hook(lambda *_: profiler.start(forward))
+        module.model.register_forward_hook(lambda *_: profiler.stop(forward))
     trainer = _trainer(work, parts, extra, kwargs)
     preloaded = variant.preloaded and batches is not None
     train = Preloaded(batches[:n]) if preloaded else parts["train_loader"]
     trainer.fit(module, train, parts["dev_loader"])
+    if profiler is not None:
+        timed.profile = dict(profiler.recorded_durations)
     return timed
 
 
@@ -540,7 +551,12 @@ class Row:
 
     @property
     def per_audio_second(self) -> float:
-        """Seconds of training per audio second: median seconds per step / mean audio per step."""
+        """Seconds of training per audio second: all timed steps' seconds / their audio."""
+        return sum(self.pooled("seconds")) / sum(self.pooled("audio"))
+
+    @property
+    def per_audio_second_median(self) -> float:
+        """Median seconds per step / mean audio seconds per step."""
         return self.median / self.audio
 
     @property
@@ -565,33 +581,39 @@ class Row:
 
 def print_table(rows: list[Row], base: Row) -> None:
     head = (
-        f"{'loop':<30}{'s/step':>8}{'mean':>8}{'rounds (median s/step)':>24}{'audio s':>9}"
-        f"{'utts':>6}{'padding':>9}{'audio s/s':>10}{'start s':>9}{'per audio s':>13}"
+        f"{'loop':<28}{'s/step':>8}{'mean':>8}{'rounds (median)':>17}{'audio s':>9}{'utts':>6}"
+        f"{'padding':>9}{'audio s/s':>10}{'per audio s vs ESPnet2':>24}{'start s':>9}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         per_round = " ".join(f"{statistics.median(w['seconds']):.4f}" for w in r.windows)
         setup = statistics.fmean(t.setup_seconds for t in r.rounds)
+        vs = r.per_audio_second / base.per_audio_second
+        vs_median = r.per_audio_second_median / base.per_audio_second_median
         print(
-            f"{r.label:<30}{r.median:>8.4f}{statistics.fmean(r.pooled('seconds')):>8.4f}"
-            f"{per_round:>24}{r.audio:>9.2f}{statistics.fmean(r.pooled('utts')):>6.1f}"
-            f"{100 * r.padding:>8.1f}%{r.audio / r.median:>10.0f}{setup:>9.1f}"
-            f"{r.per_audio_second / base.per_audio_second:>12.3f}x"
+            f"{r.label:<28}{r.median:>8.4f}{statistics.fmean(r.pooled('seconds')):>8.4f}"
+            f"{per_round:>17}{r.audio:>9.2f}{statistics.fmean(r.pooled('utts')):>6.1f}"
+            f"{100 * r.padding:>8.1f}%{1 / r.per_audio_second:>10.0f}"
+            f"{vs:>13.3f}x ({vs_median:.3f}x){setup:>9.1f}"
         )
 
 
 def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
+    """The goals' ratios: time per audio second (all timed steps) and, on the same batches, the
+    time per step (all timed steps, and the median of the per-step ratios)."""
+
     def line(what: str, value: float, note: str, limit: float | None = None) -> None:
         if limit is not None:
             met = "met" if value <= limit else "NOT met"
-            note = f"goal <= {limit:.2f}x: {met}" + (f"; {note}" if note else "")
-        print(f"{what:<60}{value:6.3f}x  ({note})")
+            note = f"goal <= {limit:.2f}x: {met}; {note}"
+        print(f"{what:<52}{value:6.3f}x  ({note})")
 
+    median = asrflow.per_audio_second_median / espnet.per_audio_second_median
     line(
         "asrflow / ESPnet2 trainer, time per audio second",
         asrflow.per_audio_second / espnet.per_audio_second,
-        "",
+        f"from the median steps: {median:.3f}x",
         1.0,
     )
     for loop, bare, limit in ((asrflow, bare_a, 1.05), (espnet, bare_e, None)):
@@ -600,10 +622,11 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
             print(f"{name} / {bare.label}: other batches (a bug), no ratio")
             continue
         extra = loop.paired(bare, lambda x, y: x - y)
+        ratio = loop.paired(bare, lambda x, y: x / y)
         line(
-            f"{name} / bare loop, same batches (paired median)",
-            loop.paired(bare, lambda x, y: x / y),
-            f"+{1000 * extra:.1f} ms/step",
+            f"{name} / bare loop on the same batches",
+            sum(loop.pooled("seconds")) / sum(bare.pooled("seconds")),
+            f"paired median {ratio:.3f}x, {1000 * extra:+.1f} ms/step",
             limit,
         )
     line(
@@ -615,20 +638,43 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
     )
 
 
-def print_breakdown(asrflow: Row, rows: list[Row], bare: Row) -> None:
-    """Each row: asrflow with one more part taken away; its cost is the median over the steps of
-    (row above - this row) on the same batches."""
-    print(f"{'asrflow run, taken away':<30}{'s/step':>8}{'it cost':>16}{'vs bare':>10}")
-    print(f"{asrflow.label:<30}{asrflow.median:>8.4f}{'':>16}{asrflow.median / bare.median:>9.3f}x")
-    above = asrflow
-    for r in [*rows, bare]:
-        if r.same_batches(above):
-            cost = f"{1000 * above.paired(r, lambda x, y: x - y):+.1f} ms/step"
-        else:
-            cost = "other batches"
-        label = "  = bare loop (Lightning: above)" if r is bare else r.label
-        print(f"{label:<30}{r.median:>8.4f}{cost:>16}{r.median / bare.median:>9.3f}x")
-        above = r
+def print_breakdown(asrflow: Row, preloaded: Row, no_extras: Row, bare: Row, profiled: Row) -> None:
+    """Where asrflow's step goes: three ablations on the same batches (paired medians), then
+    the profiled run's actions."""
+    print("where asrflow's step goes (paired medians over the same batches):")
+    for what, slow, fast in (
+        ("loader (asrflow's DataLoader vs its batches preloaded)", asrflow, preloaded),
+        ("extras (callbacks, loggers, grad norm, diagnostics, self.log)", preloaded, no_extras),
+        ("Lightning's loop (no extras vs the bare loop)", no_extras, bare),
+    ):
+        if not slow.same_batches(fast):
+            print(f"  {what}: other batches (a bug)")
+            continue
+        cost = slow.paired(fast, lambda x, y: x - y)
+        ratio = slow.paired(fast, lambda x, y: x / y)
+        print(f"  {what:<64}{1000 * cost:+7.1f} ms/step  ({ratio:.3f}x)")
+    steps = profiled.steps
+    seconds = profiled.pooled("seconds")
+    print(
+        f"profiled asrflow run (Lightning's SimpleProfiler; mean ms per step over steps "
+        f"{profiled.warmup + 1}-{profiled.warmup + steps}; actions nest; its step: median "
+        f"{1000 * statistics.median(seconds):.1f}, mean {1000 * statistics.fmean(seconds):.1f} ms)"
+    )
+    n = profiled.warmup + steps + 1
+    costs = []
+    for timed in profiled.rounds:
+        for action, durations in timed.profile.items():
+            per_step = len(durations) / n
+            if per_step < 0.99:  # once per epoch or validation
+                continue
+            skip = round(profiled.warmup * per_step)
+            costs.append((action, sum(durations[skip:]) / steps, per_step))
+    total: dict[str, list[float]] = {}
+    for action, cost, per_step in costs:
+        total.setdefault(action, [0.0, per_step])[0] += cost / len(profiled.rounds)
+    for action, (cost, per_step) in sorted(total.items(), key=lambda kv: -kv[1][0]):
+        if cost >= 5e-5:
+            print(f"  {action:<72}{1000 * cost:8.2f} ms{per_step:6.1f} calls")
 
 
 # --- the header -----------------------------------------------------------------------------------
@@ -681,11 +727,11 @@ def main() -> None:
     parser.add_argument("--train", default=str(REPO / layout.filtered(CORPUS, "train")))
     parser.add_argument("--dev", default=str(REPO / layout.filtered(CORPUS, "dev")))
     parser.add_argument("--tokenizer", default=str(results / "tokenizers" / TOKENIZER))
-    parser.add_argument("--steps", type=int, default=300, help="timed steps per loop and round")
-    parser.add_argument("--warmup", type=int, default=30, help="steps left out of the figures")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=150, help="timed steps per loop and round")
+    parser.add_argument("--warmup", type=int, default=20, help="steps left out of the figures")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2, help="torch threads, every loop")
-    parser.add_argument("--quick", action="store_true", help="40 steps after 10, one round")
+    parser.add_argument("--quick", action="store_true", help="40 steps after 10, 2 rounds")
     parser.add_argument("--breakdown", action="store_true", help="asrflow with parts removed")
     parser.add_argument("--batch-type", choices=["numel", "folded"], default="numel")
     parser.add_argument("--dev-cuts", type=int, default=8, help="dev cuts validated at the end")
@@ -695,7 +741,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.warmup, args.rounds = 40, 10, 1
+        args.steps, args.warmup, args.rounds = 40, 10, 2
     if args.steps < 2 or args.warmup < 1 or args.rounds < 1:
         parser.error("need --steps >= 2, --warmup >= 1, --rounds >= 1")
     logging.basicConfig(
@@ -784,7 +830,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
         ("bare loop, ESPnet2 batches", lambda t: run_bare(spec, recipe, batches_e, t)),
     ]
     if args.breakdown:
-        for v in BREAKDOWN:
+        for v in (PRELOADED, NO_EXTRAS):
             loops.append(
                 (
                     v.label,
@@ -797,6 +843,12 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
             log.info("round %d of %d: %s, %d steps", r + 1, args.rounds, label, n)
             timed[label].append(run(Timed(label, sr)))
             gc.collect()
+    if args.breakdown:  # once, after the rounds: the profiler's own cost stays out of them
+        log.info("profiled: %s, %d steps", ASRFLOW.label, n)
+        profiled = Timed(PROFILED.label, sr)
+        timed[PROFILED.label] = [
+            run_asrflow(spec, recipe, work / "asrflow", n, profiled, PROFILED, batches_a)
+        ]
     rows = {label: Row(label, runs, args.warmup, args.steps) for label, runs in timed.items()}
     (work / "timings.json").write_text(
         json.dumps(
@@ -828,8 +880,9 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     print(
         f"{args.rounds} round(s) interleaved, each loop {args.steps} timed steps after "
         f"{args.warmup}; s/step: median of the step-to-step wall clock (forward start to forward "
-        "start) over all rounds; audio s/s and 'per audio s' (vs ESPnet2) from that median and "
-        "the mean audio per step; start s: seconds from launch to the first step"
+        "start) over all rounds; audio s/s: all timed steps' audio / their seconds; per audio s: "
+        "their seconds / their audio (in brackets: median s/step / mean audio per step); start "
+        "s: seconds from launch to the first step"
     )
     print()
     print_table([rows[label] for label in labels[:4]], espnet)
@@ -837,7 +890,8 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     print_ratios(espnet, asrflow, bare_a, bare_e)
     if args.breakdown:
         print()
-        print_breakdown(asrflow, [rows[label] for label in labels[4:]], bare_a)
+        pre, plain, prof = (rows[v.label] for v in (PRELOADED, NO_EXTRAS, PROFILED))
+        print_breakdown(asrflow, pre, plain, bare_a, prof)
 
 
 if __name__ == "__main__":

@@ -354,3 +354,19 @@ def test_non_finite_audio_names_the_cut_and_its_file(corpus, workers: int):
     write_float_wav(bad, 0.5, {})
     batch = AsrDataset(corpus.encoder)[cuts]
     assert torch.isfinite(batch["speech"]).all() and sorted(batch["ids"]) == ["bad", "good"]
+
+
+def test_finite_samples_whose_sum_overflows_pass_the_non_finite_check():
+    """check_finite tests the batch's sum first: finite samples whose float32 sum overflows to
+    inf must still pass (the exact test decides), and one NaN or inf sample must still fail."""
+    from asrflow.train.data import NonFiniteAudio, check_finite
+
+    cuts = list(fake_cuts(2))
+    speech = torch.full((2, 4), 3e38)
+    assert not torch.isfinite(speech.sum())
+    check_finite(speech, cuts, 16000)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        speech = torch.zeros(2, 4)
+        speech[1, 2] = bad
+        with pytest.raises(NonFiniteAudio, match=r"cut c0001 .* has 1 NaN/inf sample"):
+            check_finite(speech, cuts, 16000)

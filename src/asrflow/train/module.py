@@ -34,7 +34,6 @@ import jiwer
 import lightning as L
 import torch
 import torch.distributed as dist
-from lightning.pytorch.utilities import grad_norm
 
 from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder, greedy_ctc
@@ -247,10 +246,12 @@ class AsrModule(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        # Lightning calls this after accumulation and before gradient clipping
-        norms = grad_norm(self, norm_type=2)
-        total = norms.get("grad_2.0_norm_total")
-        if total is not None:
+        # Lightning calls this after accumulation and before gradient clipping. The total norm
+        # only, as clipping computes it: Lightning's grad_norm also makes a norm per parameter
+        # and gathers them on the host (demo model, 2 CPU cores: 1.2 ms a step against 0.45)
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
             self.log("train/grad_norm", total, on_step=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
