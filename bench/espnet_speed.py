@@ -21,18 +21,28 @@ optimizer steps:
 Every step is timed from the start of one training forward to the start of the next (a forward
 pre-hook on the model), so the wait for the next batch and whatever a loop does between batches
 count. Rounds run interleaved (ESPnet2, asrflow, bare, bare, ESPnet2, ...) so that drift on a
-shared machine hits every loop alike; the table gives medians over the timed steps of all rounds
-(and each round's median), audio seconds per step, padding, audio seconds per wall second and the
-ratios the issue sets goals for: asrflow <= 1.0x ESPnet2's time per audio second, asrflow <= 1.05x
-the bare loop on the same batches. ``--breakdown`` adds asrflow runs on its preloaded batches with
-one part after another taken away (loader, callbacks, loggers, grad-norm logging, diagnostics,
-``self.log``), each row's cost the median of the per-batch differences to the row above.
+shared machine hits every loop alike (each round's median is printed: drift shows there). The
+table gives per loop the median and mean seconds per step over the timed steps of all rounds
+(the demo corpus has 15-30 s utterances that make one-cut batches 2-3x slower than the rest, so
+the mean is well above the median), audio seconds and utterances per step, padding, audio seconds
+per wall second, and time per audio second against ESPnet2's. Then the ratios the issue sets
+goals for: asrflow <= 1.0x ESPnet2's time per audio second, and asrflow <= 1.05x the bare loop on
+the same batches (all timed steps; the median of the per-step ratios beside it); and the bare
+loop on the two batchings, which shows what padding costs.
+
+``--breakdown`` adds two asrflow loops on its preloaded batches (with everything; with no
+callbacks, loggers, grad-norm logging, diagnostics or ``self.log``), giving the cost of the
+loader, of those extras and of Lightning's loop itself as medians of per-batch differences, and
+after the rounds one asrflow run under Lightning's ``SimpleProfiler`` (plus the model's forward,
+the loggers, ``self.log`` and the diagnostics): milliseconds per step of each part. ``timings.json``
+in the work directory keeps every step of every loop (``--workdir`` keeps it).
 
 Needs the demo's filtered cuts and tokenizer (``uv run snakemake`` makes them, or only the data
-half: the command the error message prints). CPU only (fp32, no GPU), from the repository root::
+half: the command the error message prints). CPU only (fp32, no GPU); recipe overrides with
+``--set KEY=VALUE`` (e.g. ``--set batching.num_buckets=30``)::
 
-    uv run python bench/espnet_speed.py --quick            # ~3 minutes: 40 steps, 1 round
-    uv run python bench/espnet_speed.py                    # 300 steps after 30, 2 rounds
+    uv run python bench/espnet_speed.py --quick            # ~2 minutes: 40 steps after 10, 2 rounds
+    uv run python bench/espnet_speed.py                    # ~9 minutes: 150 after 20, 4 rounds
     uv run python bench/espnet_speed.py --breakdown [--threads 2] [--workdir /tmp/espnet-speed]
 
 Compare ratios measured in one run: these machines are shared and noisy.
@@ -344,8 +354,9 @@ def run_espnet(cmd: list[str], timed: Timed) -> Timed:
     return timed
 
 
-def espnet_batches(cmd: list[str], n: int) -> list[dict[str, Any]]:
-    """The first ``n`` batches ESPnet2's trainer trains on with ``cmd`` (its own iterator)."""
+def espnet_iterator(cmd: list[str]) -> Any:
+    """The train iterator of epoch 1 that ESPnet2's trainer builds from ``cmd`` (its own
+    ``build_iter_factory``), yielding ``(utterance IDs, batch)``."""
     from espnet2.tasks.asr import ASRTask
     from espnet2.train.distributed_utils import DistributedOption, resolve_distributed_mode
     from espnet2.utils.build_dataclass import build_dataclass
@@ -355,8 +366,13 @@ def espnet_batches(cmd: list[str], n: int) -> list[dict[str, Any]]:
     option = build_dataclass(DistributedOption, args)
     option.init_options()
     factory = ASRTask.build_iter_factory(args=args, distributed_option=option, mode="train")
+    return factory.build_iter(1)
+
+
+def espnet_batches(cmd: list[str], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` batches ESPnet2's trainer trains on with ``cmd``."""
     batches = []
-    for _, batch in factory.build_iter(1):
+    for _, batch in espnet_iterator(cmd):
         batches.append({k: batch[k] for k in ("speech", "speech_lengths", "text", "text_lengths")})
         if len(batches) == n:
             break
@@ -530,6 +546,11 @@ def run_bare(spec: RunSpec, recipe: Recipe, batches: list[dict[str, Any]], timed
 
 @dataclass
 class Row:
+    """One loop's timed steps, per round. Figures are medians over the rounds of each round's
+    figure, and ratios medians over the rounds of each round's ratio (the loops of a round run
+    minutes apart, the rounds further apart): a round disturbed by another process on the
+    machine moves them little once there are three rounds or more."""
+
     label: str
     rounds: list[Timed]
     warmup: int
@@ -541,23 +562,31 @@ class Row:
     def pooled(self, key: str) -> list[float]:
         return [x for w in self.windows for x in w[key]]
 
+    def per_round(self, figure: Callable[[dict[str, list[float]]], float]) -> list[float]:
+        return [figure(w) for w in self.windows]
+
     @property
     def median(self) -> float:
-        return statistics.median(self.pooled("seconds"))
+        """Seconds per step: the median step."""
+        return statistics.median(self.per_round(lambda w: statistics.median(w["seconds"])))
+
+    @property
+    def mean(self) -> float:
+        return statistics.median(self.per_round(lambda w: statistics.fmean(w["seconds"])))
 
     @property
     def audio(self) -> float:
         return statistics.fmean(self.pooled("audio"))
 
-    @property
-    def per_audio_second(self) -> float:
-        """Seconds of training per audio second: all timed steps' seconds / their audio."""
-        return sum(self.pooled("seconds")) / sum(self.pooled("audio"))
+    def seconds_per_audio(self) -> list[float]:
+        """Each round's seconds of training per audio second (all its timed steps)."""
+        return self.per_round(lambda w: sum(w["seconds"]) / sum(w["audio"]))
 
-    @property
-    def per_audio_second_median(self) -> float:
-        """Median seconds per step / mean audio seconds per step."""
-        return self.median / self.audio
+    def seconds_per_audio_median(self) -> list[float]:
+        """Each round's median seconds per step / mean audio seconds per step."""
+        return self.per_round(
+            lambda w: statistics.median(w["seconds"]) / statistics.fmean(w["audio"])
+        )
 
     @property
     def padding(self) -> float:
@@ -570,49 +599,60 @@ class Row:
         )
 
     def paired(self, other: Row, how: Callable[[float, float], float]) -> float:
-        """Median over the steps of every round of ``how(this step, other's same step)``."""
-        values = [
-            how(x, y)
+        """``how(this step, the other loop's same step)``: the median over each round's steps,
+        then over the rounds."""
+        return statistics.median(
+            statistics.median(how(x, y) for x, y in zip(a["seconds"], b["seconds"], strict=True))
             for a, b in zip(self.windows, other.windows, strict=True)
-            for x, y in zip(a["seconds"], b["seconds"], strict=True)
-        ]
-        return statistics.median(values)
+        )
+
+    def total_ratio(self, other: Row) -> float:
+        """This loop's time / the other's on the same steps (the median over the rounds)."""
+        return statistics.median(
+            sum(a["seconds"]) / sum(b["seconds"])
+            for a, b in zip(self.windows, other.windows, strict=True)
+        )
+
+
+def ratio(a: list[float], b: list[float]) -> float:
+    """The median over the rounds of round by round ``a / b``."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def print_table(rows: list[Row], base: Row) -> None:
     head = (
-        f"{'loop':<28}{'s/step':>8}{'mean':>8}{'rounds (median)':>17}{'audio s':>9}{'utts':>6}"
-        f"{'padding':>9}{'audio s/s':>10}{'per audio s vs ESPnet2':>24}{'start s':>9}"
+        f"{'loop':<28}{'s/step':>8}{'mean':>8}  {'rounds (median s/step)':<30}{'audio s':>8}"
+        f"{'utts':>6}{'padding':>9}{'audio s/s':>10}{'per audio s vs ESPnet2':>24}{'start s':>8}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
-        per_round = " ".join(f"{statistics.median(w['seconds']):.4f}" for w in r.windows)
+        per_round = " ".join(f"{statistics.median(w['seconds']):.3f}" for w in r.windows)
         setup = statistics.fmean(t.setup_seconds for t in r.rounds)
-        vs = r.per_audio_second / base.per_audio_second
-        vs_median = r.per_audio_second_median / base.per_audio_second_median
+        vs = ratio(r.seconds_per_audio(), base.seconds_per_audio())
+        vs_median = ratio(r.seconds_per_audio_median(), base.seconds_per_audio_median())
+        throughput = 1 / statistics.median(r.seconds_per_audio())
         print(
-            f"{r.label:<28}{r.median:>8.4f}{statistics.fmean(r.pooled('seconds')):>8.4f}"
-            f"{per_round:>17}{r.audio:>9.2f}{statistics.fmean(r.pooled('utts')):>6.1f}"
-            f"{100 * r.padding:>8.1f}%{1 / r.per_audio_second:>10.0f}"
-            f"{vs:>13.3f}x ({vs_median:.3f}x){setup:>9.1f}"
+            f"{r.label:<28}{r.median:>8.4f}{r.mean:>8.4f}  {per_round:<30}{r.audio:>8.2f}"
+            f"{statistics.fmean(r.pooled('utts')):>6.1f}{100 * r.padding:>8.1f}%"
+            f"{throughput:>10.0f}{vs:>13.3f}x ({vs_median:.3f}x){setup:>8.1f}"
         )
 
 
 def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
-    """The goals' ratios: time per audio second (all timed steps) and, on the same batches, the
-    time per step (all timed steps, and the median of the per-step ratios)."""
+    """The goals' ratios (medians over the rounds): time per audio second (all timed steps)
+    and, on the same batches, the time of all timed steps (and the median of per-step ratios)."""
 
     def line(what: str, value: float, note: str, limit: float | None = None) -> None:
         if limit is not None:
             met = "met" if value <= limit else "NOT met"
             note = f"goal <= {limit:.2f}x: {met}; {note}"
-        print(f"{what:<52}{value:6.3f}x  ({note})")
+        print(f"{what:<54}{value:6.3f}x  ({note})")
 
-    median = asrflow.per_audio_second_median / espnet.per_audio_second_median
+    median = ratio(asrflow.seconds_per_audio_median(), espnet.seconds_per_audio_median())
     line(
         "asrflow / ESPnet2 trainer, time per audio second",
-        asrflow.per_audio_second / espnet.per_audio_second,
+        ratio(asrflow.seconds_per_audio(), espnet.seconds_per_audio()),
         f"from the median steps: {median:.3f}x",
         1.0,
     )
@@ -622,26 +662,28 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
             print(f"{name} / {bare.label}: other batches (a bug), no ratio")
             continue
         extra = loop.paired(bare, lambda x, y: x - y)
-        ratio = loop.paired(bare, lambda x, y: x / y)
+        per_step = loop.paired(bare, lambda x, y: x / y)
         line(
             f"{name} / bare loop on the same batches",
-            sum(loop.pooled("seconds")) / sum(bare.pooled("seconds")),
-            f"paired median {ratio:.3f}x, {1000 * extra:+.1f} ms/step",
+            loop.total_ratio(bare),
+            f"per step: median {per_step:.3f}x, {1000 * extra:+.1f} ms",
             limit,
         )
     line(
         "bare loop, asrflow's / ESPnet2's batches, per audio s",
-        bare_a.per_audio_second / bare_e.per_audio_second,
+        ratio(bare_a.seconds_per_audio(), bare_e.seconds_per_audio()),
         f"padding {100 * bare_a.padding:.1f} % vs {100 * bare_e.padding:.1f} %, "
         f"{statistics.fmean(bare_a.pooled('utts')):.1f} vs "
         f"{statistics.fmean(bare_e.pooled('utts')):.1f} utterances per batch",
     )
 
 
-def print_breakdown(asrflow: Row, preloaded: Row, no_extras: Row, bare: Row, profiled: Row) -> None:
-    """Where asrflow's step goes: three ablations on the same batches (paired medians), then
-    the profiled run's actions."""
-    print("where asrflow's step goes (paired medians over the same batches):")
+def print_breakdown(
+    asrflow: Row, preloaded: Row, no_extras: Row, bare: Row, profiled: Row, loading: dict
+) -> None:
+    """Where asrflow's step goes: three ablations on the same batches, the loaders' own time,
+    then the profiled run's actions."""
+    print("where asrflow's step goes (per-step differences on the same batches, medians):")
     for what, slow, fast in (
         ("loader (asrflow's DataLoader vs its batches preloaded)", asrflow, preloaded),
         ("extras (callbacks, loggers, grad norm, diagnostics, self.log)", preloaded, no_extras),
@@ -651,30 +693,59 @@ def print_breakdown(asrflow: Row, preloaded: Row, no_extras: Row, bare: Row, pro
             print(f"  {what}: other batches (a bug)")
             continue
         cost = slow.paired(fast, lambda x, y: x - y)
-        ratio = slow.paired(fast, lambda x, y: x / y)
-        print(f"  {what:<64}{1000 * cost:+7.1f} ms/step  ({ratio:.3f}x)")
-    steps = profiled.steps
-    seconds = profiled.pooled("seconds")
+        per_step = slow.paired(fast, lambda x, y: x / y)
+        print(f"  {what:<64}{1000 * cost:+7.1f} ms/step  ({per_step:.3f}x)")
     print(
-        f"profiled asrflow run (Lightning's SimpleProfiler; mean ms per step over steps "
-        f"{profiled.warmup + 1}-{profiled.warmup + steps}; actions nest; its step: median "
-        f"{1000 * statistics.median(seconds):.1f}, mean {1000 * statistics.fmean(seconds):.1f} ms)"
+        "  a batch loaded in the main process (no worker, median): asrflow "
+        f"{1000 * loading['asrflow']:.1f} ms, ESPnet2 {1000 * loading['espnet']:.1f} ms"
     )
-    n = profiled.warmup + steps + 1
+    (timed,) = profiled.rounds
+    window = timed.window(profiled.warmup, profiled.steps)["seconds"]
+    print(
+        f"profiled asrflow run (Lightning's SimpleProfiler and timers on the model's forward, "
+        f"the loggers, self.log and the diagnostics; ms per step over steps {profiled.warmup + 1}"
+        f"-{profiled.warmup + profiled.steps}; actions nest; its step: median "
+        f"{1000 * statistics.median(window):.1f}, mean {1000 * statistics.fmean(window):.1f} ms)"
+    )
+    n = profiled.warmup + profiled.steps + 1
     costs = []
-    for timed in profiled.rounds:
-        for action, durations in timed.profile.items():
-            per_step = len(durations) / n
-            if per_step < 0.99:  # once per epoch or validation
-                continue
-            skip = round(profiled.warmup * per_step)
-            costs.append((action, sum(durations[skip:]) / steps, per_step))
-    total: dict[str, list[float]] = {}
-    for action, cost, per_step in costs:
-        total.setdefault(action, [0.0, per_step])[0] += cost / len(profiled.rounds)
-    for action, (cost, per_step) in sorted(total.items(), key=lambda kv: -kv[1][0]):
+    for action, durations in timed.profile.items():
+        calls = len(durations) / n
+        if calls < 0.99:  # once per epoch or validation
+            continue
+        cost = sum(durations[round(profiled.warmup * calls) :]) / profiled.steps
+        costs.append((cost, action, calls))
+    for cost, action, calls in sorted(costs, reverse=True):
         if cost >= 5e-5:
-            print(f"  {action:<72}{1000 * cost:8.2f} ms{per_step:6.1f} calls")
+            print(f"  {action:<72}{1000 * cost:8.2f} ms{calls:6.1f} calls")
+
+
+def loading_seconds(
+    spec: RunSpec, recipe: Recipe, work: Path, cmd: list[str], count: int = 40
+) -> dict[str, float]:
+    """Median seconds to load one batch in this process: asrflow's dataset on its sampler's
+    batches, ESPnet2's iterator with ``--num_workers 0`` (what a worker spends on a batch)."""
+    from asrflow.train.parts import build_trainer_parts
+
+    parts = build_trainer_parts(spec, recipe, work)
+    loader = parts["train_loader"]
+    sampler, dataset = loader.sampler, loader.dataset
+    sampler.set_epoch(0)
+    seconds = {"asrflow": [], "espnet": []}
+    for k, cuts in enumerate(sampler):
+        start = time.perf_counter()
+        dataset[cuts]
+        seconds["asrflow"].append(time.perf_counter() - start)
+        if k + 1 == count:
+            break
+    cmd = list(cmd)
+    cmd[cmd.index("--num_workers") + 1] = "0"
+    batches = iter(espnet_iterator(cmd))
+    for _ in range(count):
+        start = time.perf_counter()
+        next(batches)
+        seconds["espnet"].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in seconds.items()}
 
 
 # --- the header -----------------------------------------------------------------------------------
@@ -843,7 +914,9 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
             log.info("round %d of %d: %s, %d steps", r + 1, args.rounds, label, n)
             timed[label].append(run(Timed(label, sr)))
             gc.collect()
+    loading: dict[str, float] = {}
     if args.breakdown:  # once, after the rounds: the profiler's own cost stays out of them
+        loading = loading_seconds(spec, recipe, work / "loading", cmd)
         log.info("profiled: %s, %d steps", ASRFLOW.label, n)
         profiled = Timed(PROFILED.label, sr)
         timed[PROFILED.label] = [
@@ -891,7 +964,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     if args.breakdown:
         print()
         pre, plain, prof = (rows[v.label] for v in (PRELOADED, NO_EXTRAS, PROFILED))
-        print_breakdown(asrflow, pre, plain, bare_a, prof)
+        print_breakdown(asrflow, pre, plain, bare_a, prof, loading)
 
 
 if __name__ == "__main__":
