@@ -16,6 +16,7 @@ import torch
 
 from asrflow.checkpoints import LIGHTNING_PREFIX
 from asrflow.errors import AsrflowError
+from asrflow.espnet_import import espnet_import
 from asrflow.types import Pathlike
 
 REQUIRED_KEYS = (
@@ -61,14 +62,16 @@ def espnet_config(
 
 def yaml_text(config: Mapping[str, Any]) -> str:
     """config.yaml as ESPnet writes it (no YAML aliases), with sorted keys for stable bytes."""
-    from espnet2.utils.yaml_no_alias_safe_dump import yaml_no_alias_safe_dump
+    with espnet_import():
+        from espnet2.utils.yaml_no_alias_safe_dump import yaml_no_alias_safe_dump
 
     return yaml_no_alias_safe_dump(dict(config), indent=4, sort_keys=True)
 
 
 def build_espnet_model(config: Mapping[str, Any]) -> torch.nn.Module:
     """``ASRTask.build_model`` on a config mapping, as ``Speech2Text`` does it."""
-    from espnet2.tasks.asr import ASRTask
+    with espnet_import():
+        from espnet2.tasks.asr import ASRTask
 
     args = argparse.Namespace(**copy.deepcopy(dict(config)))
     try:

@@ -56,6 +56,7 @@ import yaml
 
 from asrflow.checkpoints import read_model_state
 from asrflow.errors import AsrflowError
+from asrflow.espnet_import import espnet_import
 from asrflow.export.espnet_model import (
     build_espnet_model,
     check_state_dict,
@@ -303,7 +304,8 @@ def load_speech2text(
         s2t = load_speech2text("results/packages/r1")
         text, *_ = s2t(audio_16k)[0]
     """
-    from espnet2.bin.asr_inference import Speech2Text
+    with espnet_import():
+        from espnet2.bin.asr_inference import Speech2Text
 
     package = Path(package_dir).absolute()
     if verify:

@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from asrflow.errors import AsrflowError
+from asrflow.espnet_import import espnet_import
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ def espnet_args(
     model_conf: Mapping[str, Any], tokens_txt: Pathlike, bpe_model: Pathlike
 ) -> argparse.Namespace:
     """ESPnet's parsed training arguments for a model section, a token list and a BPE model."""
-    from espnet2.tasks.asr import ASRTask
+    with espnet_import():
+        from espnet2.tasks.asr import ASRTask
 
     with tempfile.TemporaryDirectory(prefix="asrflow-espnet-") as tmp:
         config = Path(tmp) / "model.yaml"
@@ -64,7 +66,8 @@ def build_model(
     model_conf: Mapping[str, Any], tokens_txt: Pathlike, bpe_model: Pathlike
 ) -> tuple[torch.nn.Module, argparse.Namespace]:
     """Build an ``ESPnetASRModel`` with ``ASRTask.build_model``; returns (model, args)."""
-    from espnet2.tasks.asr import ASRTask
+    with espnet_import():
+        from espnet2.tasks.asr import ASRTask
 
     args = espnet_args(model_conf, tokens_txt, bpe_model)
     model = ASRTask.build_model(args)
