@@ -97,6 +97,11 @@ def filtered_split(corpus, split):
     return layout.filtered(corpus, split)
 
 
+def split_to_shard(wildcards):
+    """The filtered split that rule shard_split writes as shards."""
+    return filtered_split(wildcards.corpus, wildcards.split)
+
+
 def tokenizer_train_cuts(wildcards):
     """The filtered train split of the tokenizer's corpus: the only text a tokenizer sees."""
     return filtered_split(config["tokenizers"][wildcards.tokenizer]["corpus"], "train")
@@ -128,6 +133,12 @@ def run_train_inputs(wildcards):
         f"train_{i}": filtered_split(corpus, "train")
         for i, corpus in enumerate(layout.run_corpora(config, run))
     }
+    sharded = layout.sharded_corpora(config)
+    for i, corpus in enumerate(layout.run_corpora(config, run)):
+        if (
+            corpus in sharded
+        ):  # training reads this corpus's train audio from its shards
+            inputs[f"shards_{i}"] = layout.shards(corpus, "train")
     inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
     inputs["bpe_model"] = layout.tokenizer_file(r["tokenizer"], "bpe.model")
     inputs["tokens"] = layout.tokenizer_file(r["tokenizer"], "tokens.txt")

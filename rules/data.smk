@@ -119,3 +119,23 @@ rule filter_split:
         normalization=config["text_normalization"],
     script:
         "../scripts/filter_split.py"
+
+
+# Only for corpora with `shards:` (off by default): training then reads the train split's audio
+# from the shards; the filtered manifest and the original audio stay as they are.
+rule shard_split:
+    input:
+        cuts=split_to_shard,
+    output:
+        shards=directory(layout.shards("{corpus}", "{split}")),
+        record=layout.prov(layout.shards("{corpus}", "{split}")),
+    log:
+        layout.log("shard_split", "{corpus}", "{split}"),
+    benchmark:
+        layout.benchmark("shard_split", "{corpus}", "{split}")
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        shards=lookup(dpath="corpora/{corpus}/shards", within=config),
+    script:
+        "../scripts/shard_split.py"

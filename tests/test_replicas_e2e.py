@@ -3,6 +3,9 @@ on the tiny DAG trains two replicas, each with its seed, and the report aggregat
 
 Kept as small as the DAG allows: 8 steps, one checkpoint criterion with k=1 (artifacts ``last``
 and ``valid.loss.best``), greedy decoding, a two-step smoke run.
+
+The corpus is sharded (issue 16: ``corpora.tiny.shards``), so the batch audit, the smoke run and
+both replicas read their train audio from Lhotse Shar shards, with two loader workers.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from asrflow.data.shards import read_index
 from asrflow.hashing import sha256_file
 from tests.e2e import dry_run, rule_counts, snakemake, write_config
 from tests.test_training_e2e import CONFIG, TINY_RECIPE, prepared_tiny
@@ -27,6 +31,7 @@ REPLICAS = [f"{RUN}-seed0", f"{RUN}-seed1"]
 def _config() -> dict:
     config = copy.deepcopy(CONFIG)
     config["runs"][RUN]["seeds"] = [0, 1]
+    config["corpora"]["tiny"]["shards"] = {"shard_size": 6}
     config["evaluation"] = {"decoding": {"mode": "greedy_ctc"}}
     config["smoke"] = {"max_train_cuts": 8, "max_dev_cuts": 2, "max_steps": 2}
     return config
@@ -36,6 +41,7 @@ def _recipe() -> dict:
     recipe = copy.deepcopy(TINY_RECIPE)
     recipe["trainer"] = {**recipe["trainer"], "max_steps": 8, "val_check_interval": 4}
     recipe["best_model_criterion"] = [["valid/loss", 1, "min"]]
+    recipe["batching"] = {**recipe["batching"], "num_workers": 2}
     recipe["diagnostics"] = {"num_decode_utterances": 1}
     return recipe
 
@@ -69,6 +75,30 @@ def test_both_replicas_are_planned_at_once_and_train_with_their_seeds(replicated
     }
     assert len(weights) == 2  # different seeds, different weights
     assert not (workdir / f"results/runs/{RUN}").exists()  # no run under the plain name
+
+
+def test_the_audit_the_smoke_run_and_training_read_the_shards(replicated):
+    workdir, planned = replicated
+    assert planned["shard_split"] == 1  # one copy for both replicas
+    shards = workdir / "results/data/tiny/shards/train"
+    index = read_index(shards)
+    assert len(index["shards"]) >= 4  # 2 workers of one rank, two shards each at least
+    for run in REPLICAS:
+        summary = json.loads((workdir / f"results/runs/{run}/train/summary.json").read_text())
+        assert summary["hashes"]["train_shards"] == {
+            "results/data/tiny/shards/train": sha256_file(shards / "shards.json")
+        }
+        assert summary["num_train_cuts"] == index["num_cuts"]
+        audit = json.loads((workdir / f"results/runs/{run}/audit/batches.json").read_text())
+        assert audit["source"] == "shards" and audit["num_cuts"] == index["num_cuts"]
+        smoke = json.loads((workdir / f"results/runs/{run}/smoke/summary.json").read_text())
+        assert smoke["status"] == "completed", smoke
+        record = json.loads(
+            (workdir / f"results/runs/{run}/train/summary.json.prov.json").read_text()
+        )
+        assert "results/data/tiny/shards/train" in json.dumps(
+            [record["inputs"], record["directories"]]
+        )
 
 
 def test_the_report_lists_each_replica_and_aggregates_them(replicated):

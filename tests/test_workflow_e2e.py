@@ -15,9 +15,13 @@ from pathlib import Path
 import pytest
 
 from asrflow.cli import main as asrflow_main
+from asrflow.data.cuts import load_cuts
+from asrflow.data.shards import find_cut, iter_shard_ids, read_index
 from tests.e2e import executed, snakemake, write_config
 
 pytestmark = pytest.mark.slow
+
+SHARDS = "results/data/demo/shards/train"
 
 DEMO_CONFIG = {
     "corpora": {
@@ -32,6 +36,7 @@ DEMO_CONFIG = {
                 "sessions_per_speaker": 2,
                 "long_fraction": 0.0,
             },
+            "shards": {"shard_size": 20},
         }
     },
     "tokenizers": {"demo_char": {"corpus": "demo", "model_type": "char"}},
@@ -54,6 +59,12 @@ def test_demo_runs_through_the_data_half(demo):
         assert (demo / f"results/data/demo/filtered/{split}.jsonl.gz").is_file()
         assert (demo / f"results/data/demo/filtered/{split}.jsonl.gz.prov.json").is_file()
     assert (demo / "logs/validate_corpus/demo.log").is_file()
+    index = read_index(demo / SHARDS)  # the train split, as shards of 20 cuts
+    filtered = load_cuts(demo / "results/data/demo/filtered/train.jsonl.gz")
+    assert index["num_cuts"] == len(filtered) and len(index["shards"]) == -(-len(filtered) // 20)
+    assert [cut_id for *_, cut_id in iter_shard_ids(demo / SHARDS)] == [c.id for c in filtered]
+    assert (demo / f"{SHARDS}.prov.json").is_file()
+    assert not (demo / "results/data/demo/shards/dev").exists()  # only what training reads
 
 
 def test_rerun_with_unchanged_inputs_schedules_nothing(demo):
@@ -76,6 +87,7 @@ def test_changed_test_transcript_reruns_only_the_test_split(demo):
     untouched = [
         demo / "results/data/demo/filtered/train.jsonl.gz",
         demo / "results/tokenizers/demo_char/bpe.model",
+        demo / SHARDS / "shards.json",
     ]
     before = [p.stat().st_mtime_ns for p in untouched]
     try:
@@ -90,6 +102,36 @@ def test_changed_test_transcript_reruns_only_the_test_split(demo):
     finally:
         manifest.write_text(original)
         snakemake(demo)
+
+
+def test_changed_train_transcript_rewrites_the_train_shards_and_only_its_shard_differs(demo):
+    shards = demo / SHARDS
+    target = list(iter_shard_ids(shards))[-1][2]  # a cut of the last shard
+    manifest = demo / "results/corpora/demo/train.jsonl"
+    original = manifest.read_text()
+    lines = original.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if json.loads(line)["utt_id"] == target]
+    row = json.loads(lines[at])
+    row["text"] += " again"
+    lines[at] = json.dumps(row)
+    before = {p.name: p.read_bytes() for p in shards.iterdir()}
+    try:
+        manifest.write_text("\n".join(lines) + "\n")
+        ran = executed(snakemake(demo))
+        assert ran == {
+            "import_manifest[corpus=demo, split=train]",
+            "validate_corpus[corpus=demo]",
+            "filter_split[corpus=demo, split=train]",
+            "shard_split[corpus=demo, split=train]",
+            "train_tokenizer[tokenizer=demo_char]",
+        }, ran
+        after = {p.name: p.read_bytes() for p in shards.iterdir()}
+        changed = sorted(name for name in before if before[name] != after[name])
+        assert changed == [Path(find_cut(shards, target)["cuts"]).name, "shards.json"], changed
+    finally:
+        manifest.write_text(original)
+        snakemake(demo)
+    assert {p.name: p.read_bytes() for p in shards.iterdir()} == before
 
 
 def test_verify_flags_a_single_flipped_byte(demo, capsys):

@@ -9,6 +9,9 @@ difference; it exits 1 on any mismatch, 0 when everything matches.
 ``asrflow status`` lists, per artifact, what differs from the current checkout (inputs, rule
 params, code modules, package versions: :mod:`asrflow.status`); it prints "up to date" and
 exits 0 when nothing does, else 1.
+
+``asrflow where SHARD_DIR CUT_ID...`` prints the shard, and the position in it, of each cut
+(:mod:`asrflow.data.shards`); it exits 1 if one is in no shard.
 """
 
 from __future__ import annotations
@@ -91,11 +94,41 @@ def _run_status(args: argparse.Namespace) -> int:
     return 0 if all(s.up_to_date for s in statuses) else 1
 
 
+# -- where ----------------------------------------------------------------------------------------
+def _configure_where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shard_dir", metavar="SHARD_DIR", help="a shard directory (with shards.json)")
+    p.add_argument("cut_ids", nargs="+", metavar="CUT_ID", help="cut IDs to find")
+
+
+def _run_where(args: argparse.Namespace) -> int:
+    from asrflow.data.shards import find_cut
+
+    missing = 0
+    for cut_id in args.cut_ids:
+        try:
+            found = find_cut(args.shard_dir, cut_id)
+        except AsrflowError as e:
+            print(f"{cut_id}: not found ({e})")
+            missing += 1
+            continue
+        print(
+            f"{cut_id}: shard {found['shard']} position {found['position']}: "
+            f"{found['cuts']} line {found['position'] + 1}, {found['recording']} "
+            f"member {found['member']}"
+        )
+    return 1 if missing else 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "status": Subcommand(
         help="what differs between the results and this checkout: inputs, params, code, packages",
         configure=_configure_status,
         run=_run_status,
+    ),
+    "where": Subcommand(
+        help="which shard, and which position in it, holds each cut ID",
+        configure=_configure_where,
+        run=_run_where,
     ),
     "verify": Subcommand(
         help="check outputs and inputs against their provenance records",

@@ -24,6 +24,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -135,6 +136,37 @@ def commit(tmp: Path, target: Path) -> bool:
         return False
     os.chmod(tmp, 0o644)
     os.replace(tmp, target)
+    return True
+
+
+def same_files(a: Path, b: Path) -> bool:
+    """True when directories ``a`` and ``b`` hold the same file names with the same bytes."""
+    names_a = sorted(p.name for p in a.iterdir())
+    names_b = sorted(p.name for p in b.iterdir())
+    if names_a != names_b or not all((a / n).is_file() and (b / n).is_file() for n in names_a):
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(a, b, names_a, shallow=False)
+    return not mismatch and not errors
+
+
+def publish_dir(tmp: Path, out: Path) -> bool:
+    """Move the finished directory ``tmp`` (built beside ``out``) to ``out``, unless ``out``
+    already holds the same files (then ``tmp`` is removed and ``out`` keeps its mtimes).
+    A reader never sees a half-written ``out``: the old one is moved aside first and removed
+    after. Returns True when ``out`` was (re)written."""
+    if out.is_dir() and same_files(tmp, out):
+        shutil.rmtree(tmp)
+        return False
+    os.chmod(tmp, 0o755)
+    for p in tmp.iterdir():
+        os.chmod(p, 0o644)
+    old = None
+    if out.exists() or out.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.replace(out, old / out.name)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old)
     return True
 
 

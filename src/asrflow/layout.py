@@ -76,6 +76,16 @@ def filtered(corpus: str, split: str) -> str:
     return f"{RESULTS}/data/{corpus}/filtered/{split}.jsonl.gz"
 
 
+def shards(corpus: str, split: str) -> str:
+    """Lhotse Shar shards of a filtered split (a directory with ``shards.json``)."""
+    return f"{RESULTS}/data/{corpus}/shards/{split}"
+
+
+def sharded_corpora(config: Config) -> list[str]:
+    """Corpora whose train split is written as shards (``corpora.<c>.shards`` set)."""
+    return [name for name, c in config["corpora"].items() if c.get("shards") is not None]
+
+
 def filter_report(corpus: str, split: str, ext: str = "json") -> str:
     return f"{RESULTS}/data/{corpus}/filtered/{split}.report.{ext}"
 
@@ -309,9 +319,10 @@ REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html", "replicas
 
 
 def all_targets(config: Config) -> list[str]:
-    """The default targets: validated and filtered corpora, trained tokenizers and, when there
-    are runs, every run's train summary, the comparison report (which pulls in training,
-    evaluation and selection) and the forest plot of its WER differences. The train summaries
+    """The default targets: validated and filtered corpora, the train shards of sharded corpora,
+    trained tokenizers and, when there are runs, every run's train summary, the comparison
+    report (which pulls in training, evaluation and selection) and the forest plot of its WER
+    differences. The train summaries
     are asked for here because the report asks for one run's training at a time (a checkpoint:
     what follows depends on how it ended); as targets, the train jobs of all runs (and seed
     replicas) are scheduled at once and run side by side where there is room."""
@@ -319,6 +330,7 @@ def all_targets(config: Config) -> list[str]:
     for name in config["corpora"]:
         targets.append(validation_report(name, "txt"))
         targets += [filtered(name, s) for s in splits(config, name)]
+    targets += [shards(name, "train") for name in sharded_corpora(config)]
     for name in config.get("tokenizers", {}):
         targets.append(tokenizer_file(name, "tokens.txt"))
     if config.get("runs"):

@@ -132,3 +132,10 @@ def filter_split(
         )
     save_cuts(kept, out)
     write_filter_report(report, report_json, report_txt)
+
+
+def shard_split(cuts_path: Pathlike, out_dir: Pathlike, shards: Mapping[str, Any]) -> dict:
+    """Write a filtered split as Lhotse Shar shards (:func:`asrflow.data.shards.write_shards`)."""
+    from asrflow.data.shards import ShardSettings, write_shards
+
+    return write_shards(cuts_path, out_dir, ShardSettings.from_config(shards))

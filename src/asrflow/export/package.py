@@ -40,11 +40,9 @@ held.
 from __future__ import annotations
 
 import argparse
-import filecmp
 import importlib.metadata
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -64,7 +62,7 @@ from asrflow.export.espnet_model import (
     yaml_text,
 )
 from asrflow.hashing import sha256_file
-from asrflow.io import dumps_json, is_write_failure, write_failed
+from asrflow.io import dumps_json, is_write_failure, publish_dir, write_failed
 from asrflow.tokens import TokenEncoder
 from asrflow.types import Pathlike
 
@@ -132,7 +130,8 @@ def export_package(
         _check_reload(tmp / MODEL, model)
         manifest = _manifest(tmp, artifact, source, source_format, model, config, provenance)
         (tmp / MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
-        _publish(tmp, out)
+        if not publish_dir(tmp, out):
+            log.info("%s already holds this package; left untouched", out)
     except Exception as exc:
         if is_write_failure(exc):  # the disk filled: the half-built package goes, out stays
             raise write_failed(
@@ -226,33 +225,6 @@ def _versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
     return found
-
-
-def _same_files(a: Path, b: Path) -> bool:
-    """True when directories ``a`` and ``b`` hold the same file names with the same bytes."""
-    names_a = sorted(p.name for p in a.iterdir())
-    names_b = sorted(p.name for p in b.iterdir())
-    if names_a != names_b or not all((a / n).is_file() and (b / n).is_file() for n in names_a):
-        return False
-    _, mismatch, errors = filecmp.cmpfiles(a, b, names_a, shallow=False)
-    return not mismatch and not errors
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished package ``tmp`` to ``out`` unless ``out`` already has the same files."""
-    if out.is_dir() and _same_files(tmp, out):
-        log.info("%s already holds this package; left untouched", out)
-        return
-    os.chmod(tmp, 0o755)
-    for p in tmp.iterdir():
-        os.chmod(p, 0o644)
-    old = None
-    if out.exists() or out.is_symlink():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.replace(out, old / out.name)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old)
 
 
 # -- loading and checking -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,8 +153,13 @@ def audit_batches(
     out_png: Pathlike,
     out_txt: Pathlike,
     epochs: int = 1,
+    shard_batches: Callable[[int, list[float]], Iterable[Any]] | None = None,
 ) -> dict[str, Any]:
     """Run the train sampler for ``epochs`` epochs without audio; write JSON, PNG and text.
+
+    ``shard_batches(epoch, duration_bins)``: the batches of a sharded run
+    (:meth:`asrflow.train.shards.ShardBatches.epoch_batches`), audited instead of the
+    per-file sampler's; the bins are that sampler's, as in training.
 
     Returns the JSON report (see :func:`summarize`; plus ``num_cuts``, ``batches_per_epoch``,
     ``batching``, the sampler's estimated ``duration_bins`` and ``normalization_sha256``).
@@ -173,16 +178,19 @@ def audit_batches(
     sampler = make_sampler(cuts, settings, world_size=1, rank=0)
     batches: list[BatchStats] = []
     per_epoch: list[int] = []
+    bins = [float(b) for b in sampler.duration_bins]
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
+        stream = sampler if shard_batches is None else shard_batches(epoch, bins)
         before = len(batches)
-        batches.extend(batch_stats(list(batch), tokens) for batch in sampler)
+        batches.extend(batch_stats(list(batch), tokens) for batch in stream)
         per_epoch.append(len(batches) - before)
 
     report = summarize(batches, loss_normalization, epochs=epochs)
     report["num_cuts"] = len(cuts)
     report["batches_per_epoch"] = per_epoch
     report["batching"] = settings.sampler_kwargs()
+    report["source"] = "files" if shard_batches is None else "shards"
     # Lhotse may estimate fewer bins than asked for on small or uniform data.
     report["duration_bins"] = [round(float(b), 3) for b in sampler.duration_bins]
     report["normalization_sha256"] = normalization.sha256()

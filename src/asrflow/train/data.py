@@ -37,7 +37,7 @@ from asrflow.types import Hz
 
 log = logging.getLogger(__name__)
 
-_EAGER_WARNING = "You are using DynamicBucketingSampler with an eagerly read CutSet"
+EAGER_WARNING = "You are using DynamicBucketingSampler with an eagerly read CutSet"
 
 
 def _positive(x: Any) -> bool:
@@ -173,7 +173,7 @@ def make_sampler(
     b = Batching.coerce(batching)
     with warnings.catch_warnings():
         # asrflow's manifests are small enough to hold in memory; the warning is noise here.
-        warnings.filterwarnings("ignore", message=_EAGER_WARNING)
+        warnings.filterwarnings("ignore", message=EAGER_WARNING)
         try:
             return DynamicBucketingSampler(
                 cuts, **b.sampler_kwargs(), world_size=world_size, rank=rank

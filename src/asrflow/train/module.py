@@ -43,6 +43,7 @@ from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.recipe import Recipe
 from asrflow.train.resume import ResumableCSVLogger, SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
+from asrflow.train.shards import FILLER, ShardLoader
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class AsrModule(L.LightningModule):
         encoder: TokenEncoder,
         references: Mapping[str, str],
         diagnostics: Diagnostics | None = None,
-        train_sampler: SkippingSampler | None = None,
+        train_sampler: SkippingSampler | ShardLoader | None = None,
     ) -> None:
         super().__init__()
         self.model = model
@@ -133,6 +134,8 @@ class AsrModule(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._batches_in_epoch, self._resumed_batches = self._resumed_batches, 0
+        if isinstance(self.train_sampler, ShardLoader):  # Lightning's hook reaches samplers only
+            self.train_sampler.set_epoch(self.current_epoch)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # counted at the start: a checkpoint taken at this batch's end by a callback (whose
@@ -179,6 +182,8 @@ class AsrModule(L.LightningModule):
         self._resync_log_step = True
         if self.train_sampler is not None:
             self.train_sampler.skip = self._resumed_batches
+        if isinstance(self.train_sampler, ShardLoader):  # its first epoch's workers start early
+            self.train_sampler.set_epoch(int(state.get("epoch", 0)))
         if self.diagnostics is not None:
             self.diagnostics.load_state_dict(
                 checkpoint.get("asrflow_diagnostics"), int(checkpoint.get("global_step", 0))
@@ -203,9 +208,23 @@ class AsrModule(L.LightningModule):
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return [int(x) for x in t.tolist()]
 
+    def _filler_step(self, loss_utt: torch.Tensor) -> torch.Tensor | None:
+        """A step on a filler batch (:mod:`asrflow.train.shards`): the same collective as a real
+        step with no tokens, then a loss of zero, so this rank adds no gradient to the update
+        that the other ranks' real batches make (DDP still needs its backward)."""
+        self.utterance_losses.take()
+        _, nonfinite = self._all_sum([0, 0], loss_utt.device)
+        if nonfinite:  # another rank's loss: every rank skips the update, and counts it
+            self.nonfinite.observe(self.global_step, [])
+            return None
+        self.nonfinite.reset()
+        return loss_utt.sum() * 0.0
+
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor | None:
         self.utterance_losses.take()  # what a validation forward left
         loss_utt, _, _ = self(batch)
+        if batch.get(FILLER):  # this rank has run out of shards; another has not
+            return self._filler_step(loss_utt)
         num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
         finite = bool(torch.isfinite(loss_utt.detach()).all())
         # one collective for both: the global token count and whether any rank's loss is bad

@@ -17,6 +17,7 @@ import torch
 from asrflow.artifacts import CHECKPOINTS, checkpoint_pattern
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.cuts import load_cuts, text
+from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
 from asrflow.text import TextNormalization, normalize
 from asrflow.train.recipe import Recipe
@@ -97,20 +98,27 @@ def _loaders(
     spec: RunSpec, recipe: Recipe, dataset: Any, *, world_size: int, rank: int
 ) -> dict[str, Any]:
     """Train and dev loaders of this rank; the train sampler can skip the batches a resumed
-    run already saw (:class:`~asrflow.train.resume.SkippingSampler`)."""
+    run already saw (:class:`~asrflow.train.resume.SkippingSampler`, or the
+    :class:`~asrflow.train.shards.ShardLoader` of a sharded run, which is its own sampler)."""
     from lhotse.dataset import SimpleCutSampler
 
     from asrflow.train.data import EpochMixSampler, batch_loader, make_sampler
     from asrflow.train.resume import SkippingSampler
 
     sets = train_corpora(spec)
-    if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
-        epoch_cuts = functools.partial(epoch_train_cuts, spec, recipe, sets)
-        sampler = EpochMixSampler(epoch_cuts, recipe.batching, world_size=world_size, rank=rank)
-        train = sampler.cuts
-    else:
+    workers = recipe.batching.num_workers
+    if spec.train_shards:
         train = epoch_train_cuts(spec, recipe, sets, 0)
-        sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
+        train_loader: Any = _shard_loader(spec, recipe, dataset, train, world_size, rank)
+    else:
+        if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
+            epoch_cuts = functools.partial(epoch_train_cuts, spec, recipe, sets)
+            sampler = EpochMixSampler(epoch_cuts, recipe.batching, world_size=world_size, rank=rank)
+            train = sampler.cuts
+        else:
+            train = epoch_train_cuts(spec, recipe, sets, 0)
+            sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
+        train_loader = batch_loader(dataset, SkippingSampler(sampler), workers)
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
         dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
@@ -121,13 +129,45 @@ def _loaders(
         world_size=world_size,
         rank=rank,
     )
-    workers = recipe.batching.num_workers
     return {
-        "train": batch_loader(dataset, SkippingSampler(sampler), workers),
+        "train": train_loader,
         "dev": batch_loader(dataset, dev_sampler, 0),
         "num_train_cuts": len(train),
         "dev_cuts": dev,
     }
+
+
+def _shard_loader(
+    spec: RunSpec, recipe: Recipe, dataset: Any, train: Any, world_size: int, rank: int
+) -> Any:
+    """The train loader of a run whose corpora are sharded (:mod:`asrflow.train.shards`);
+    ``train``: the first epoch's cuts as metadata, for the bucket edges."""
+    from asrflow.data.shards import shard_fields
+    from asrflow.train.data import make_sampler
+    from asrflow.train.shards import ShardBatches, ShardLoader
+
+    if len(spec.train_shards) != len(spec.train_cuts):
+        raise AsrflowError(
+            f"run {spec.name}: {len(spec.train_shards)} of its {len(spec.train_cuts)} train "
+            "corpora are sharded; shard all of them (corpora.<corpus>.shards) or none"
+        )
+    if spec.train_weights is not None:
+        raise AsrflowError(
+            f"run {spec.name}: runs.{spec.name}.weights (a weighted mix of corpora) cannot be "
+            "read from shards yet; remove the weights or the corpora's shards setting"
+        )
+    bins = make_sampler(train, recipe.batching, world_size=1, rank=0).duration_bins
+    batches = ShardBatches(
+        [shard for path in spec.train_shards for shard in shard_fields(path)],
+        dataset,
+        recipe.batching,
+        bins,
+        world_size=world_size,
+        rank=rank,
+        speed_perturb=recipe.augmentation.speed_perturb,
+        max_cuts=spec.max_train_cuts,
+    )
+    return ShardLoader(batches, num_workers=recipe.batching.num_workers)
 
 
 def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spikes: bool) -> Any:

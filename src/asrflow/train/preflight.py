@@ -47,7 +47,25 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
             out_json,
             out_png,
             out_txt,
+            shard_batches=_shard_batches(spec, recipe) if spec.train_shards else None,
         )
+
+
+def _shard_batches(spec: RunSpec, recipe: Any) -> Any:
+    """``shard_batches`` of the batch audit for a sharded run: one process reading every shard
+    with the recipe's loader workers (the cut files only)."""
+    from asrflow.data.shards import shard_fields
+    from asrflow.train.shards import ShardBatches
+
+    shards = [shard for path in spec.train_shards for shard in shard_fields(path)]
+    speed = recipe.augmentation.speed_perturb
+
+    def epoch_batches(epoch: int, bins: list[float]) -> Any:
+        batches = ShardBatches(shards, None, recipe.batching, bins, speed_perturb=speed)
+        batches.epoch = epoch
+        return batches.epoch_batches(recipe.batching.num_workers)
+
+    return epoch_batches
 
 
 def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict[str, Any]:

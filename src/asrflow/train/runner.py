@@ -39,6 +39,7 @@ import torch
 
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
+from asrflow.data.shards import INDEX as SHARD_INDEX
 from asrflow.hashing import sha256_file
 from asrflow.ranks import launched_rank
 from asrflow.text import TextNormalization
@@ -55,8 +56,10 @@ log = logging.getLogger(__name__)
 
 
 def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
+    shards = {str(p): sha256_file(Path(p) / SHARD_INDEX) for p in spec.train_shards}
     return {
         "train_cuts": {str(p): sha256_file(p) for p in spec.train_cuts},
+        **({"train_shards": shards} if shards else {}),  # shards.json names each file's hash
         "dev_cuts": sha256_file(spec.dev_cuts),
         "bpe_model": sha256_file(spec.bpe_model),
         "tokens": sha256_file(spec.tokens),

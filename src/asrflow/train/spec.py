@@ -39,6 +39,10 @@ class RunSpec:
     """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
     recipe_name: str | None = None
     """``runs.<run>.recipe``, for the summary (``recipe`` may be data without a name)."""
+    train_shards: Sequence[Pathlike] = field(default_factory=list)
+    """Shard directories of the train corpora (``corpora.<c>.shards``), one per corpus of
+    ``train_cuts`` when set: training then reads the audio from them
+    (:mod:`asrflow.train.shards`); empty: from the files the cuts name."""
 
 
 def spec_to_json(spec: RunSpec) -> str:
@@ -72,9 +76,11 @@ def spec_from_inputs(
     weights: Sequence[float] | None = None,
     **extra: Any,
 ) -> RunSpec:
-    """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``dev``, ``bpe_model``,
-    ``tokens``) and its recipe params (:func:`asrflow.runs.recipe_params`)."""
+    """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``shards_0..n`` for sharded
+    corpora, ``dev``, ``bpe_model``, ``tokens``) and its recipe params
+    (:func:`asrflow.runs.recipe_params`)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
+    shards = {int(k.split("_")[1]): str(v) for k, v in inputs.items() if k.startswith("shards_")}
     return RunSpec(
         name=name,
         recipe=deep_merge(recipe["settings"], recipe["operational"]),
@@ -85,5 +91,6 @@ def spec_from_inputs(
         tokens=str(inputs["tokens"]),
         normalization=normalization,
         train_weights=weights,
+        train_shards=[shards[i] for i in sorted(shards)],
         **extra,
     )

@@ -1,0 +1,227 @@
+"""Training batches read from Lhotse Shar shards (``corpora.<c>.shards``; the shards are written
+by :mod:`asrflow.data.shards`).
+
+**How an epoch is drawn.** In epoch ``e`` the shards of the run's train corpora are put in an
+order shuffled with ``(batching.seed, e)``, the same on every rank, and dealt out: shard ``i``
+to rank ``i mod world_size``, and a rank's ``j``-th shard to its loader worker
+``j mod num_workers``. Each worker reads its shards front to back and batches their cuts with
+its own ``DynamicBucketingSampler`` (the run's batching settings, duration bins fixed from the
+whole split's durations, a shuffle buffer of ``batching.buffer_size`` cuts, seeded by seed,
+epoch, rank and worker). So in an epoch every cut is read exactly once in all, by one worker of
+one rank, and shuffling is a shard order plus a buffer, not a permutation of the whole split:
+cuts of one shard stay near each other in time (smaller shards mix better).
+
+**Ranks end their epoch together.** Ranks hold different shards, so they can have different
+numbers of batches. :class:`ShardLoader` makes every rank take as many steps as the rank with
+the most: before each step the ranks sum whether they still have a batch (one all-reduce of an
+integer), a rank that has run out takes a *filler* (its previous batch again, marked
+``filler``: the module trains on it with weight zero, so it adds no loss, no tokens and no
+gradient), and the epoch ends when no rank has a batch. The per-token loss normalisation
+counts real tokens only, so a filler leaves the update as it would be without it.
+
+**Resume** is exact: a rank's stream is a pure function of the seed, the epoch, the rank, the
+world size and the number of workers (the DataLoader takes its workers' batches in turn), so a
+resumed run replays its epoch and drops the batches it already trained on. Unlike the per-file
+path it reads their audio to do so (the shards are read front to back; there is no index to
+jump with): a resume late in a long epoch first spends that part of the epoch's loading time.
+Resuming with another world size or number of workers deals the shards differently; the epoch
+is then only approximately where it stopped (the module warns).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lhotse import CutSet
+from lhotse.dataset import DynamicBucketingSampler
+from lhotse.lazy import LazyFlattener, LazyMapper
+from lhotse.shar.readers.lazy import LazySharIterator
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from asrflow.errors import AsrflowError
+from asrflow.train.batching import Batching
+from asrflow.train.data import EAGER_WARNING, AsrDataset
+
+log = logging.getLogger(__name__)
+
+FILLER = "filler"
+"""Key of a batch that a rank trains on with weight zero (it has no batch of its own left)."""
+
+
+def deal(shards: Sequence[Any], seed: int, epoch: int, world_size: int, rank: int) -> list[Any]:
+    """The shards rank ``rank`` reads in epoch ``epoch``: a seeded shuffle, then every
+    ``world_size``-th shard from ``rank`` on."""
+    order = list(shards)
+    random.Random(f"{seed}/{epoch}").shuffle(order)
+    return order[rank::world_size]
+
+
+class ShardBatches(IterableDataset):
+    """The batches of one rank in one epoch, each worker reading its share of the shards.
+
+    ``shards``: Lhotse Shar fields of every shard (``{"cuts": path, "recording": path}``);
+    ``duration_bins``: the bucket edges (the same for every worker and rank, from the whole
+    split); ``speed_perturb``: factors, each cut yielded once per factor (1.0: as it is);
+    ``max_cuts``: read only that many cuts in all (the smoke run); ``dataset`` turns a batch
+    of cuts into tensors (None: only :meth:`epoch_batches` is used, as the batch audit does).
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[dict[str, str]],
+        dataset: AsrDataset | None,
+        batching: Batching,
+        duration_bins: Sequence[float],
+        *,
+        world_size: int = 1,
+        rank: int = 0,
+        speed_perturb: Sequence[float] = (),
+        max_cuts: int | None = None,
+    ) -> None:
+        super().__init__()
+        if len(shards) < world_size:
+            raise AsrflowError(
+                f"{len(shards)} train shard(s) for {world_size} ranks: every rank needs a shard "
+                "of its own; lower corpora.<corpus>.shards.shard_size so that there are at "
+                "least as many shards as ranks (better: several per loader worker)"
+            )
+        self.shards = list(shards)
+        self.dataset = dataset
+        self.batching = batching
+        self.duration_bins = list(duration_bins)
+        self.world_size, self.rank = world_size, rank
+        self.speed_perturb = list(speed_perturb)
+        self.max_cuts = max_cuts
+        self.epoch = 0
+
+    def worker_shards(self, worker: int, num_workers: int) -> list[dict[str, str]]:
+        """The shards worker ``worker`` of ``num_workers`` of this rank reads this epoch."""
+        mine = deal(self.shards, self.batching.seed, self.epoch, self.world_size, self.rank)
+        return mine[worker::num_workers]
+
+    def cuts(self, worker: int = 0, num_workers: int = 1, *, audio: bool = True) -> CutSet:
+        """The (lazy) cuts a worker reads this epoch, each once per speed factor; no audio is
+        read until they are iterated (none at all without ``audio``: the cut files only).
+        With ``max_cuts``, a worker reads its share of them."""
+        shards = self.worker_shards(worker, num_workers)
+        if not shards:
+            return CutSet()
+        fields = {k: [s[k] for s in shards] for k in ("cuts", "recording") if audio or k == "cuts"}
+        cuts = CutSet(LazySharIterator(fields=fields))
+        if self.max_cuts is not None:
+            cuts = cuts.subset(first=-(-self.max_cuts // num_workers))
+        if self.speed_perturb:
+            perturb = functools.partial(_perturbed, factors=tuple(self.speed_perturb))
+            cuts = CutSet(LazyFlattener(LazyMapper(cuts, perturb)))
+        return cuts
+
+    def sampler(
+        self, worker: int = 0, num_workers: int = 1, *, audio: bool = True
+    ) -> DynamicBucketingSampler:
+        """The bucketing sampler of a worker for this epoch (the run's batching settings; its
+        buckets hold ``batching.buffer_size`` cuts, which is also the shuffle's reach)."""
+        kwargs = self.batching.sampler_kwargs()
+        kwargs["seed"] = _seed(self.batching.seed, self.epoch, self.rank, worker)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=EAGER_WARNING)  # an empty worker's CutSet
+            sampler = DynamicBucketingSampler(
+                self.cuts(worker, num_workers, audio=audio),
+                **kwargs,
+                duration_bins=self.duration_bins,
+                world_size=1,
+                rank=0,
+            )
+        sampler.set_epoch(self.epoch)
+        return sampler
+
+    def epoch_batches(self, num_workers: int = 1) -> Iterator[CutSet]:
+        """This rank's batches of cuts for the epoch, as its loader takes them from
+        ``num_workers`` workers in turn, without audio (the batch audit)."""
+        streams = [iter(self.sampler(w, max(1, num_workers), audio=False)) for w in
+                   range(max(1, num_workers))]  # fmt: skip
+        while streams:
+            for stream in list(streams):
+                batch = next(stream, None)
+                if batch is None:
+                    streams.remove(stream)
+                else:
+                    yield batch
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for cuts in self.sampler(worker, num_workers):
+            yield self.dataset[cuts]
+
+
+def _perturbed(cut: Any, factors: tuple[float, ...]) -> list[Any]:
+    """A cut once per speed factor, as :func:`asrflow.train.data.speed_perturb` makes them."""
+    return [cut if f == 1.0 else cut.perturb_speed(f, affix_id=True) for f in factors]
+
+
+def _seed(seed: int, epoch: int, rank: int, worker: int) -> int:
+    return (((seed * 1_000_003 + epoch) * 1_000_003 + rank) * 1_000_003 + worker) % 2**31
+
+
+class ShardLoader:
+    """What the Trainer iterates for a sharded run: a DataLoader over :class:`ShardBatches`
+    whose ranks end every epoch together (see the module), able to skip the batches a resumed
+    run already trained on. The module calls :meth:`set_epoch` (Lightning's sampler hook does
+    not reach an iterable dataset) and sets :attr:`skip`."""
+
+    def __init__(self, batches: ShardBatches, num_workers: int = 0) -> None:
+        self.batches = batches
+        self.loader = DataLoader(batches, batch_size=None, num_workers=num_workers)
+        self.skip = 0
+        self.world_size, self.rank = batches.world_size, batches.rank
+        self.sampler = self  # the sharding this loader was built for (the module checks it)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.epoch = epoch
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        skip, self.skip = self.skip, 0
+        previous: dict[str, Any] | None = None
+        for n, batch in enumerate(_even(iter(self.loader), self.world_size)):
+            if batch is None:  # this rank has run out while another has not
+                if previous is None:
+                    raise AsrflowError(
+                        f"rank {self.rank} has no train batch at all this epoch while another "
+                        "rank has: lower corpora.<corpus>.shards.shard_size"
+                    )
+                batch = {**previous, FILLER: True}
+            else:
+                previous = batch
+            if n < skip:
+                continue
+            if n == skip and skip:
+                log.info("resume: skipped %d batch(es) already trained on in this epoch", skip)
+            yield batch
+
+
+def _even(batches: Iterator[dict[str, Any]], world_size: int) -> Iterator[dict[str, Any] | None]:
+    """``batches``, then None (a filler's place) until every rank has run out."""
+    while True:
+        batch = next(batches, None)
+        if world_size > 1 and dist.is_available() and dist.is_initialized():
+            flag = torch.tensor([int(batch is not None)], dtype=torch.int64, device=_device())
+            dist.all_reduce(flag, op=dist.ReduceOp.SUM)
+            if int(flag.item()) == 0:
+                return
+        elif batch is None:
+            return
+        yield batch
+
+
+def _device() -> torch.device:
+    """Where a collective's tensor must live: the current GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
