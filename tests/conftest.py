@@ -34,6 +34,15 @@ modules are apart in this list: they take the one test cluster in turn (the_slur
 """
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``--numprocesses=auto`` (pyproject's addopts): one worker more than this process may use
+    CPU cores. The end-to-end modules spend part of their time waiting, not computing (SLURM
+    submission and status polls, Snakemake starting each job), so one worker per core leaves
+    cores idle; measured on the 2-core CI machine kind, from clean clones of 4b239f9: see the
+    README's Development section."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run LONGEST_FIRST's modules first, in its order; every other test keeps its place."""
     rank = {module: k for k, module in enumerate(LONGEST_FIRST)}

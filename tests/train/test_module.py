@@ -58,3 +58,49 @@ def test_logged_grad_norm_is_the_total_norm_of_all_gradients(tmp_path):
     assert float(logged["train/grad_norm"]) == pytest.approx(float(every.norm()), rel=1e-5)
     total = grad_norm(module, norm_type=2)["grad_2.0_norm_total"]
     assert float(logged["train/grad_norm"]) == pytest.approx(float(total), rel=1e-5)
+
+
+def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
+    """A rank that has run out of shards trains on a filler (asrflow.train.shards): zero loss,
+    zero gradient, nothing logged."""
+    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.shards import FILLER
+    from asrflow.train.spec import spec_recipe
+    from tests.train.tiny_run import make_tiny_run
+
+    spec = make_tiny_run(tmp_path / "data")
+    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
+    module, batch = parts["module"], next(iter(parts["train_loader"]))
+    logged = {}
+    module.log = lambda name, value, **kwargs: logged.update({name: value})
+    module.log_dict = lambda values, **kwargs: logged.update(values)
+    loss = module.training_step({**batch, FILLER: True}, 0)
+    loss.backward()
+    assert float(loss) == 0.0 and logged == {}
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    assert grads and all(float(g.abs().sum()) == 0.0 for g in grads)
+    real = module.training_step(batch, 0)
+    assert float(real) > 0.0 and "train/loss" in logged
+
+
+def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
+    import dataclasses
+
+    from asrflow.data.cuts import load_cuts
+    from asrflow.data.shards import ShardSettings, write_shards
+    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.shards import ShardLoader
+    from asrflow.train.spec import spec_recipe
+    from tests.train.tiny_run import make_tiny_run
+
+    spec = make_tiny_run(tmp_path / "data")
+    write_shards(spec.train_cuts[0], tmp_path / "shards", ShardSettings(shard_size=3))
+    spec = dataclasses.replace(spec, train_shards=[str(tmp_path / "shards")])
+    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
+    loader, module = parts["train_loader"], parts["module"]
+    assert isinstance(loader, ShardLoader) and module.train_sampler is loader
+    cut_ids = [i for batch in loader for i in batch["ids"]]
+    assert sorted(cut_ids) == sorted(load_cuts(spec.train_cuts[0]).ids)
+    state = {"epoch": 2, "batches_in_epoch": 1, "world_size": 1}
+    module.on_load_checkpoint({"asrflow_data": state, "global_step": 5})
+    assert (loader.batches.epoch, loader.skip) == (2, 1)
