@@ -1,13 +1,15 @@
 """The tiny demo DAG through a real SLURM with profiles/slurm (marked slow).
 
 Needs a SLURM cluster with fake or real GPUs: CI starts a single-node one with
-`.ci/slurm-cluster.sh` (FAKE_GPUS=1). The test submits only to that cluster (ClusterName
+`.ci/slurm-cluster.sh` (FAKE_GPUS=2). The test submits only to that cluster (ClusterName
 asrflowci) unless ASRFLOW_SLURM_TEST=1 says that submitting to the cluster at hand is fine, and
 skips, saying why, where there is no SLURM at all.
 
-The target is one evaluation (artifact "last" on the dev split), which pulls in every stage
-that runs on the cluster: data preparation, tokenizer, audit, smoke run, train, export and
-evaluate; selection and the report are light rules for the login node. Every job is a SLURM job
+The run has two seed replicas (``seeds: [0, 1]``, issue 14 section 3), whose train jobs must run
+side by side as two SLURM jobs. The targets are one evaluation of the first replica (artifact
+"last" on the dev split), which pulls in every stage that runs on the cluster: data preparation,
+tokenizer, audit, smoke run, train, export and evaluate, and the second replica's training;
+selection and the report are light rules for the login node. Every job is a SLURM job
 with two Snakemake start-ups of ~10-20 s on a 2-core machine, so the whole DAG would take far
 longer without testing anything more.
 
@@ -74,7 +76,10 @@ def slurm_unavailable() -> str | None:
 
 
 RUN = "tiny_ctc"
-TARGET = f"results/runs/{RUN}/eval/last/tiny.dev/summary.json"
+REPLICAS = [f"{RUN}-seed0", f"{RUN}-seed1"]
+"""The runs of the replicated config (replica_config): what test_slurm_run trains."""
+TARGET = f"results/runs/{REPLICAS[0]}/eval/last/tiny.dev/summary.json"
+TARGETS = [TARGET, f"results/runs/{REPLICAS[1]}/train/summary.json"]
 GPU_JOB = {"devices": 1, "cpus_per_device": 1, "mem_mb": 2000, "runtime": 15}
 
 
@@ -86,6 +91,13 @@ def tiny_config() -> dict:
     return config
 
 
+def replica_config() -> dict:
+    """tiny_config with two seed replicas of its run."""
+    config = tiny_config()
+    config["runs"][RUN]["seeds"] = [0, 1]
+    return config
+
+
 def tiny_recipe() -> dict:
     recipe = json.loads(json.dumps(TINY_RECIPE))
     recipe["trainer"].update(max_steps=8, val_check_interval=4)
@@ -93,8 +105,9 @@ def tiny_recipe() -> dict:
     return recipe
 
 
-def slurm_command(prefix: str) -> list[str]:
-    """The README's cluster command, plus the test-only overrides of sizes and polling."""
+def slurm_command(prefix: str, *targets: str) -> list[str]:
+    """The README's cluster command, plus the test-only overrides of sizes and polling; the
+    targets (default TARGET) come last."""
     return [
         "timeout", "-k", "60", str(TIMEOUT_S),
         *SNAKEMAKE,
@@ -111,7 +124,7 @@ def slurm_command(prefix: str) -> list[str]:
         "--slurm-jobname-prefix", prefix,
         "--slurm-keep-successful-logs",
         "--verbose",
-        TARGET,
+        *(targets or [TARGET]),
     ]  # fmt: skip
 
 
@@ -151,13 +164,13 @@ def slurm_run(tmp_path_factory):
     if reason := slurm_unavailable():
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("slurm")
-    write_config(workdir, tiny_config())
+    write_config(workdir, replica_config())
     (workdir / "config/recipes").mkdir(parents=True, exist_ok=True)
     (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(tiny_recipe()))
     prefix = f"asrflowtest_{uuid.uuid4().hex[:8]}"
     try:
         proc = subprocess.run(
-            slurm_command(prefix),
+            slurm_command(prefix, *TARGETS),
             cwd=workdir,
             capture_output=True,
             text=True,
@@ -205,8 +218,9 @@ def test_every_cluster_job_ran_as_its_own_slurm_job(slurm_run):
 
 def test_train_and_evaluate_asked_for_an_a100_and_got_it(slurm_run):
     workdir, jobs = slurm_run
-    for rule in ("train", "evaluate"):
-        (job,) = [j for j in jobs.values() if j["rule"] == rule]
+    picked = [j for j in jobs.values() if j["rule"] in ("train", "evaluate")]
+    assert sorted(j["rule"] for j in picked) == ["evaluate", "train", "train"]
+    for job in picked:
         sbatch = job["sbatch"]
         assert "--gpus=a100:1" in sbatch and "--cpus-per-gpu=1" in sbatch, sbatch
         assert " -p gpu " in sbatch and "--mem 2000" in sbatch and "-t 15" in sbatch, sbatch
@@ -218,8 +232,28 @@ def test_train_and_evaluate_asked_for_an_a100_and_got_it(slurm_run):
     for job in jobs.values():
         if job["rule"] not in ("train", "evaluate") and "sbatch" in job:
             assert "--gpus" not in job["sbatch"] and " -p gpu " not in job["sbatch"], job
-    summary = json.loads((workdir / f"results/runs/{RUN}/train/summary.json").read_text())
-    assert summary["status"] == "completed", summary
+    for run in REPLICAS:
+        summary = json.loads((workdir / f"results/runs/{run}/train/summary.json").read_text())
+        assert summary["status"] == "completed", summary
+
+
+def test_the_replicas_trained_side_by_side_as_two_slurm_jobs(slurm_run):
+    """issue 14 section 3: the replicas' train jobs are separate SLURM jobs that ran at once."""
+    from datetime import datetime
+
+    workdir, jobs = slurm_run
+    train = [j for j in jobs.values() if j["rule"] == "train"]
+    assert len({j["slurm_id"] for j in train}) == 2
+    spans = []
+    for seed, run in enumerate(REPLICAS):
+        path = workdir / f"results/runs/{run}/train/summary.json"
+        summary = json.loads(path.read_text())
+        assert summary["recipe_settings"]["trainer"]["seed"] == seed
+        record = json.loads(Path(f"{path}.prov.json").read_text())
+        assert record["host"]["slurm"]["job_id"] in {j["slurm_id"] for j in train}
+        spans.append([datetime.fromisoformat(record[k]) for k in ("started", "finished")])
+    (a0, a1), (b0, b1) = spans
+    assert a0 < b1 and b0 < a1, spans  # the two jobs overlapped in time
 
 
 def test_artifacts_made_on_the_cluster_verify(slurm_run):
@@ -229,7 +263,7 @@ def test_artifacts_made_on_the_cluster_verify(slurm_run):
 
 
 def cancel_mid_run(
-    workdir: Path, command: list[str], prefix: str, min_step: int
+    workdir: Path, command: list[str], prefix: str, min_step: int, run: str = RUN
 ) -> tuple[int, str, int]:
     """Run ``command`` (snakemake under SLURM), scancel its jobs once the train job's
     ``last.ckpt`` holds step ``min_step`` or later, and wait for snakemake (and its retry) to
@@ -238,7 +272,7 @@ def cancel_mid_run(
 
     import torch
 
-    last = workdir / f"results/work/{RUN}/checkpoints/last.ckpt"
+    last = workdir / f"results/work/{run}/checkpoints/last.ckpt"
     proc = subprocess.Popen(
         command, cwd=workdir, env=environment(), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
@@ -262,9 +296,9 @@ def cancel_mid_run(
     return proc.returncode, out, cancelled_at
 
 
-def trained_steps(workdir: Path) -> list[int]:
+def trained_steps(workdir: Path, run: str = RUN) -> list[int]:
     """The steps with a training loss in the run's metrics.csv, in file order."""
-    rows = (workdir / f"results/work/{RUN}/csv/metrics.csv").read_text().splitlines()
+    rows = (workdir / f"results/work/{run}/csv/metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     loss, step = header.index("train/loss"), header.index("step")
     return [int(r.split(",")[step]) for r in rows[1:] if r.split(",")[loss]]
@@ -280,11 +314,12 @@ def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
     prefix = f"asrflowtest_{uuid.uuid4().hex[:8]}"
     command = slurm_command(prefix)
     command[command.index("--retries") + 1] = "1"
-    command[-1] = f"results/runs/{RUN}/train/summary.json"
+    run = REPLICAS[0]
+    command[-1] = f"results/runs/{run}/train/summary.json"
     # the resumed 8-step run has trained on: cancel it mid-run
-    code, out, cancelled_at = cancel_mid_run(workdir, command, prefix, min_step=24)
+    code, out, cancelled_at = cancel_mid_run(workdir, command, prefix, min_step=24, run=run)
     assert code == 0, out[-6000:]
-    summary = json.loads((workdir / f"results/runs/{RUN}/train/summary.json").read_text())
+    summary = json.loads((workdir / f"results/runs/{run}/train/summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 160, summary
     assert summary["resumed_from"], summary
     logs = "\n".join(
@@ -293,4 +328,4 @@ def test_scancelled_train_job_resumes_on_the_retry(slurm_run):
     saved = [int(s) for s in re.findall(r"SIGTERM: saved \S+ at step (\d+)", logs)]
     assert saved and saved[-1] >= cancelled_at, logs[-3000:]
     # the retry continued from the step the cancelled job saved: every step once in the metrics
-    assert trained_steps(workdir) == list(range(160))
+    assert trained_steps(workdir, run) == list(range(160))
