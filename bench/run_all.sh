@@ -6,6 +6,8 @@
 #   1. bench/rerun_speed.py  - hashing against sha256sum, the cached re-check, the no-op dry run
 #   2. bench/eval_speed.py   - asrflow's decoders against ESPnet's Speech2Text (beam 1 and 10)
 #   3. bench/espnet_speed.py - asrflow's training loop against ESPnet2's trainer and a bare loop
+#   4. bench/shard_speed.py  - training's loader on per-file WAVs against Lhotse Shar shards
+#                              (issue 16; makes its own corpus)
 #
 # 2 and 3 need the demo's data, tokenizer and exports (`uv run snakemake`, the README's main
 # command, makes them); each script says what is missing and which command makes it. Each runs
@@ -46,4 +48,5 @@ run() {  # run NAME LIMIT_S SCRIPT ARGS...
 run rerun_speed "${RERUN_S:-1200}" bench/rerun_speed.py
 run eval_speed "${EVAL_S:-1200}" bench/eval_speed.py
 run espnet_speed "${TRAIN_S:-2400}" bench/espnet_speed.py
+run shard_speed "${SHARD_S:-1800}" bench/shard_speed.py
 echo "== done in $(($(date +%s) - START)) s; tables in $SUMMARY" | tee -a "$SUMMARY"

@@ -264,11 +264,18 @@ def test_shards_each_cut_once_per_epoch_across_ranks_and_workers_and_resume(ddp_
         assert [r["step"] for r in rank_records if r["run"] == 1] == list(range(2, 8))
     assert_each_utterance_once_per_epoch(per_rank, sorted(load_cuts(spec.train_cuts[0]).ids))
     assert assert_loss_per_global_token(per_rank) == 8
+    # with these seeds rank 0 runs out of shards one step before rank 1 in the first epoch
+    fillers = [(r["rank"], r["epoch"], r["step"]) for r in _with_rank(per_rank) if r["filler"]]
+    assert fillers == [(0, 0, 5)], fillers
     rank0_log = (root / "rank0.log").read_text(encoding="utf-8")
     assert "resume: skipped" in rank0_log
     summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
     assert summary["status"] == "completed" and summary["steps"] == 8, summary
     assert list(summary["hashes"]["train_shards"]) == spec.train_shards
+
+
+def _with_rank(per_rank: list[list[dict]]) -> list[dict]:
+    return [{**r, "rank": rank} for rank, records in enumerate(per_rank) for r in records]
 
 
 def test_out_of_memory_on_one_rank_ends_every_rank_with_that_failure(tmp_path):
