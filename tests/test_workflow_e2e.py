@@ -77,13 +77,18 @@ def test_touch_without_change_reruns_nothing_downstream(demo):
     assert ran <= {"import_manifest[corpus=demo, split=test]"}, ran
 
 
+def with_changed_transcript(manifest: Path, at: int) -> str:
+    """``manifest``'s text with " again" appended to the transcript of line ``at``."""
+    lines = manifest.read_text().splitlines()
+    row = json.loads(lines[at])
+    row["text"] += " again"
+    lines[at] = json.dumps(row)
+    return "\n".join(lines) + "\n"
+
+
 def test_changed_test_transcript_reruns_only_the_test_split(demo):
     manifest = demo / "results/corpora/demo/test.jsonl"
-    original = manifest.read_text()
-    lines = original.splitlines()
-    row = json.loads(lines[2])
-    row["text"] += " again"
-    lines[2] = json.dumps(row)
+    original, changed = manifest.read_text(), with_changed_transcript(manifest, 2)
     untouched = [
         demo / "results/data/demo/filtered/train.jsonl.gz",
         demo / "results/tokenizers/demo_char/bpe.model",
@@ -91,7 +96,7 @@ def test_changed_test_transcript_reruns_only_the_test_split(demo):
     ]
     before = [p.stat().st_mtime_ns for p in untouched]
     try:
-        manifest.write_text("\n".join(lines) + "\n")
+        manifest.write_text(changed)
         ran = executed(snakemake(demo))
         assert ran == {
             "import_manifest[corpus=demo, split=test]",
@@ -109,14 +114,11 @@ def test_changed_train_transcript_rewrites_the_train_shards_and_only_its_shard_d
     target = list(iter_shard_ids(shards))[-1][2]  # a cut of the last shard
     manifest = demo / "results/corpora/demo/train.jsonl"
     original = manifest.read_text()
-    lines = original.splitlines()
-    (at,) = [i for i, line in enumerate(lines) if json.loads(line)["utt_id"] == target]
-    row = json.loads(lines[at])
-    row["text"] += " again"
-    lines[at] = json.dumps(row)
+    (at,) = [i for i, line in enumerate(original.splitlines()) if target in line]
+    changed = with_changed_transcript(manifest, at)
     before = {p.name: p.read_bytes() for p in shards.iterdir()}
     try:
-        manifest.write_text("\n".join(lines) + "\n")
+        manifest.write_text(changed)
         ran = executed(snakemake(demo))
         assert ran == {
             "import_manifest[corpus=demo, split=train]",
@@ -126,8 +128,8 @@ def test_changed_train_transcript_rewrites_the_train_shards_and_only_its_shard_d
             "train_tokenizer[tokenizer=demo_char]",
         }, ran
         after = {p.name: p.read_bytes() for p in shards.iterdir()}
-        changed = sorted(name for name in before if before[name] != after[name])
-        assert changed == [Path(find_cut(shards, target)["cuts"]).name, "shards.json"], changed
+        differ = sorted(name for name in before if before[name] != after[name])
+        assert differ == [Path(find_cut(shards, target)["cuts"]).name, "shards.json"], differ
     finally:
         manifest.write_text(original)
         snakemake(demo)
