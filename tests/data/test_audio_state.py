@@ -64,10 +64,11 @@ def test_changed_audio_rewrites_the_state_once(tmp_path):
 def test_missing_audio_counts_as_changed(tmp_path):
     state = tmp_path / "state.json"
     audio, record = _import(tmp_path)
-    refresh_audio_state(state, record)
+    cache = HashCache(tmp_path / "cache.sqlite")  # not the default: results/ of the cwd
+    refresh_audio_state(state, record, cache)
     first = _state(state)
     audio[2].unlink()
-    refresh_audio_state(state, record)
+    refresh_audio_state(state, record, cache)
     assert _state(state)[0] != first[0]
 
 
@@ -76,12 +77,13 @@ def test_after_the_import_that_followed_a_change_nothing_reruns_again(tmp_path):
     its record matches the files, so the state is left as it is (no second import)."""
     state = tmp_path / "state.json"
     audio, record = _import(tmp_path)
-    refresh_audio_state(state, record)
+    cache = HashCache(tmp_path / "cache.sqlite")
+    refresh_audio_state(state, record, cache)
     audio[2].unlink()
-    refresh_audio_state(state, record)
+    refresh_audio_state(state, record, cache)
     changed = _state(state)
     record.write_text(
         json.dumps({"extra_inputs": {"audio": {str(p): sha256_file(p) for p in audio[:2]}}})
     )
-    refresh_audio_state(state, record)
+    refresh_audio_state(state, record, cache)
     assert _state(state) == changed
