@@ -68,3 +68,41 @@ def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
     assert sum(i.startswith("new-") for i in plain) == 12  # no weights: every cut once
     mixed = load_train_cuts(dataclasses.replace(spec, train_weights=WEIGHTS), recipe).ids
     assert sum(i.startswith("new-") for i in mixed) == 18
+
+
+def test_sharded_weighted_corpora_train_on_each_epochs_shard_mix_and_audit_it(
+    tmp_path, monkeypatch
+):
+    """The same on shards (issue 16): the epoch is mix_shards' plan, repeats under new IDs,
+    and the batch audit audits the shard batches."""
+    from asrflow.data.shards import ShardSettings, shard_fields, write_shards
+    from asrflow.train.preflight import audit_run
+    from asrflow.train.shards import mix_shards
+
+    spec = _two_corpora(tmp_path / "data")
+    dirs = [tmp_path / "shards0", tmp_path / "shards1"]
+    for cuts, out in zip(spec.train_cuts, dirs, strict=True):
+        write_shards(cuts, out, ShardSettings(shard_size=2))
+    spec = dataclasses.replace(
+        spec,
+        train_weights=WEIGHTS,
+        train_shards=[str(d) for d in dirs],
+        overrides={"trainer": {"max_steps": 16, "val_check_interval": 16}},  # > 1 epoch
+    )
+    trained: dict[int, list[str]] = collections.defaultdict(list)
+    step_fn = AsrModule.training_step
+
+    def recording_step(self, batch, batch_idx):
+        trained[self.current_epoch].extend(batch["ids"])
+        return step_fn(self, batch, batch_idx)
+
+    monkeypatch.setattr(AsrModule, "training_step", recording_step)
+    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    assert summary["status"] == "completed", summary
+    plan = mix_shards([shard_fields(d) for d in dirs], WEIGHTS, 0, seed=0)
+    assert len(trained[0]) == len(set(trained[0])) == sum(s["num_cuts"] for s in plan)
+    new = sum(s["num_cuts"] for s in plan if "shards1" in s["cuts"])
+    assert sum(i.startswith("new-") for i in trained[0]) == new == 18  # 3/4 of 24
+    assert trained[1]  # epoch 0 was trained whole
+    report = audit_run(spec, tmp_path / "a.json", tmp_path / "a.png", tmp_path / "a.txt")
+    assert report["source"] == "shards" and report["batches_per_epoch"][0] > 0

@@ -23,7 +23,7 @@ from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batching import Batching
 from asrflow.train.data import AsrDataset, make_sampler
-from asrflow.train.shards import FILLER, ShardBatches, ShardLoader, deal
+from asrflow.train.shards import FILLER, ShardBatches, ShardLoader, deal, mix_shards
 from tests.conftest import utterance_rows, write_nemo, write_wav
 
 NORM = TextNormalization()
@@ -155,3 +155,44 @@ def test_on_two_real_ranks_both_take_the_same_number_of_steps(sharded):
     assert sum(f for r in (0, 1) for _, f in per_rank[r]) == abs(len(real[0]) - len(real[1]))
     assert sorted(i for r in (0, 1) for ids in real[r] for i in ids) == sharded.ids
     assert torch.distributed.is_available()
+
+
+def _corpus(names: list[str], sizes: list[int]) -> list[dict]:
+    return [
+        {"cuts": n, "recording": n + ".tar", "num_cuts": k}
+        for n, k in zip(names, sizes, strict=True)
+    ]
+
+
+def test_mixed_shards_keep_the_weights_per_epoch_and_rotate_the_big_corpus():
+    big = _corpus([f"a{i}" for i in range(6)], [2] * 6)  # 12 cuts
+    small = _corpus(["b0", "b1"], [2, 2])  # 4 cuts; N = 16
+    seen_big = set()
+    for epoch in range(3):
+        shards = mix_shards([big, small], [1.0, 3.0], epoch, seed=0)
+        by_corpus = collections.Counter(s["cuts"][0] for s in shards)
+        assert by_corpus == {"a": 2, "b": 6}  # 4 of 16 cuts, 12 of 16 cuts
+        seen_big |= {s["cuts"] for s in shards if s["cuts"].startswith("a")}
+        for name in ("b0", "b1"):  # each small shard 3 times, numbered
+            assert sorted(s["repeat"] for s in shards if s["cuts"] == name) == [0, 1, 2]
+    assert seen_big == {s["cuts"] for s in big}  # every big shard once in three epochs
+    assert mix_shards([big, small], [1.0, 3.0], 1, 0) == mix_shards([big, small], [1.0, 3.0], 1, 0)
+    with pytest.raises(AsrflowError, match="2 sharded corpora but 1 weights"):
+        mix_shards([big, small], [1.0], 0, 0)
+
+
+def test_a_weighted_mix_of_two_sharded_corpora_reads_repeats_under_new_ids(sharded):
+    """The same shards as two corpora, the second weighted up: every cut of an epoch has its own
+    ID (repeats end in _rep<k>), and each shard's cuts come as often as the mix says."""
+    first, second = sharded.shards[:6], sharded.shards[6:]  # 12 and 6 cuts
+    batches = ShardBatches(
+        [first, second], sharded.dataset, BATCHING, sharded.bins, weights=[1.0, 2.0]
+    )
+    shard_loader = ShardLoader(batches, num_workers=2)
+    ids = [i for b in epoch_ids(shard_loader, 0) for i in b]
+    assert len(ids) == len(set(ids))
+    plan = mix_shards([first, second], [1.0, 2.0], 0, BATCHING.seed)
+    assert len(ids) == sum(s["num_cuts"] for s in plan)
+    assert sum(i.endswith(("_rep1", "_rep2")) for i in ids) == sum(
+        s["num_cuts"] for s in plan if s["repeat"]
+    )

@@ -169,12 +169,16 @@ def read_index(shard_dir: Pathlike) -> dict:
     return index
 
 
-def shard_fields(shard_dir: Pathlike) -> list[dict[str, str]]:
-    """Each shard of a directory as Lhotse Shar's fields: ``{"cuts": ..., "recording": ...}``
-    (absolute paths, in shard order)."""
+def shard_fields(shard_dir: Pathlike) -> list[dict[str, Any]]:
+    """Each shard of a directory as Lhotse Shar's fields, ``{"cuts": ..., "recording": ...}``
+    (absolute paths, in shard order), with its ``num_cuts``."""
     shard_dir = Path(shard_dir).absolute()
     return [
-        {"cuts": str(shard_dir / s["cuts"]), "recording": str(shard_dir / s["recording"])}
+        {
+            "cuts": str(shard_dir / s["cuts"]),
+            "recording": str(shard_dir / s["recording"]),
+            "num_cuts": s["num_cuts"],
+        }
         for s in read_index(shard_dir)["shards"]
     ]
 

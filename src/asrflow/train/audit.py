@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,17 @@ def token_counts(cuts: Sequence[Cut], encoder: TokenEncoder) -> dict[str, int]:
             f"target poisons training. Fix the transcripts or filter them out:\n  {listed}{more}"
         )
     return counts
+
+
+class _RepeatedIds(dict):
+    """Token counts that also answer for a repeated shard's cut IDs (``<id>_rep<k>``,
+    :func:`asrflow.train.shards.mix_shards`): as many tokens as the cut repeated."""
+
+    def __missing__(self, key: str) -> int:
+        base = re.sub(r"_rep\d+", "", key)
+        if base == key:
+            raise KeyError(key)
+        return self[base]
 
 
 def batch_stats(batch: Sequence[Cut], tokens: Mapping[str, int]) -> BatchStats:
@@ -179,6 +191,8 @@ def audit_batches(
     batches: list[BatchStats] = []
     per_epoch: list[int] = []
     bins = [float(b) for b in sampler.duration_bins]
+    if shard_batches is not None:
+        tokens = _RepeatedIds(tokens)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         stream = sampler if shard_batches is None else shard_batches(epoch, bins)

@@ -269,7 +269,7 @@ def mix_epoch(
         for k in range(epoch * share, (epoch + 1) * share):
             npass, pos = divmod(k, len(items))
             if npass not in orders:
-                orders[npass] = _pass_order(len(items), seed, i, npass)
+                orders[npass] = pass_order(len(items), seed, i, npass)
             picked.append(items[orders[npass][pos]])
     return _unique_ids(picked)
 
@@ -285,7 +285,7 @@ def _unique_ids(cuts: Any) -> CutSet:
     return CutSet.from_cuts(out)
 
 
-def _pass_order(n: int, seed: int, corpus: int, npass: int) -> list[int]:
+def pass_order(n: int, seed: int, corpus: int, npass: int) -> list[int]:
     """The permutation of ``range(n)`` for pass ``npass`` over corpus ``corpus``."""
     mixed_seed = ((seed * 1_000_003 + corpus) * 1_000_003 + npass) % 2**63
     return torch.randperm(n, generator=torch.Generator().manual_seed(mixed_seed)).tolist()

@@ -151,14 +151,11 @@ def _shard_loader(
             f"run {spec.name}: {len(spec.train_shards)} of its {len(spec.train_cuts)} train "
             "corpora are sharded; shard all of them (corpora.<corpus>.shards) or none"
         )
-    if spec.train_weights is not None:
-        raise AsrflowError(
-            f"run {spec.name}: runs.{spec.name}.weights (a weighted mix of corpora) cannot be "
-            "read from shards yet; remove the weights or the corpora's shards setting"
-        )
     bins = make_sampler(train, recipe.batching, world_size=1, rank=0).duration_bins
+    corpora = [shard_fields(path) for path in spec.train_shards]
+    weights = spec.train_weights if len(corpora) > 1 else None  # mixed as mix_epoch does
     batches = ShardBatches(
-        [shard for path in spec.train_shards for shard in shard_fields(path)],
+        [shard for shards in corpora for shard in shards] if weights is None else corpora,
         dataset,
         recipe.batching,
         bins,
@@ -166,6 +163,7 @@ def _shard_loader(
         rank=rank,
         speed_perturb=recipe.augmentation.speed_perturb,
         max_cuts=spec.max_train_cuts,
+        weights=weights,
     )
     return ShardLoader(batches, num_workers=recipe.batching.num_workers)
 

@@ -5,6 +5,7 @@ train cuts, no model) and the smoke run (a few steps, a validation, an export de
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -34,7 +35,11 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
     recipe = recipe_sections(spec_recipe_data(spec), AUDIT_SECTIONS)
     with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
         cuts_path = spec.train_cuts[0]
-        if len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:
+        if spec.train_shards and len(spec.train_cuts) > 1:  # every cut a shard mix can draw
+            cuts_path = Path(tmp) / "train.jsonl.gz"
+            unmixed = dataclasses.replace(spec, train_weights=None)
+            save_cuts(load_train_cuts(unmixed, recipe), cuts_path)
+        elif len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:
             cuts_path = Path(tmp) / "train.jsonl.gz"
             save_cuts(load_train_cuts(spec, recipe), cuts_path)
         return audit_batches(
@@ -57,11 +62,15 @@ def _shard_batches(spec: RunSpec, recipe: Any) -> Any:
     from asrflow.data.shards import shard_fields
     from asrflow.train.shards import ShardBatches
 
-    shards = [shard for path in spec.train_shards for shard in shard_fields(path)]
+    corpora = [shard_fields(path) for path in spec.train_shards]
+    weights = spec.train_weights if len(corpora) > 1 else None
+    shards = [shard for shards in corpora for shard in shards] if weights is None else corpora
     speed = recipe.augmentation.speed_perturb
 
     def epoch_batches(epoch: int, bins: list[float]) -> Any:
-        batches = ShardBatches(shards, None, recipe.batching, bins, speed_perturb=speed)
+        batches = ShardBatches(
+            shards, None, recipe.batching, bins, speed_perturb=speed, weights=weights
+        )
         batches.epoch = epoch
         return batches.epoch_batches(recipe.batching.num_workers)
 

@@ -1,8 +1,9 @@
 """Training batches read from Lhotse Shar shards (``corpora.<c>.shards``; the shards are written
 by :mod:`asrflow.data.shards`).
 
-**How an epoch is drawn.** In epoch ``e`` the shards of the run's train corpora are put in an
-order shuffled with ``(batching.seed, e)``, the same on every rank, and dealt out: shard ``i``
+**How an epoch is drawn.** In epoch ``e`` the shards of the run's train corpora (with
+``weights``, the epoch's weighted mix of them: :func:`mix_shards`) are put in an order shuffled
+with ``(batching.seed, e)``, the same on every rank, and dealt out: shard ``i``
 to rank ``i mod world_size``, and a rank's ``j``-th shard to its loader worker
 ``j mod num_workers``. Each worker reads its shards front to back and batches their cuts with
 its own ``DynamicBucketingSampler`` (the run's batching settings, duration bins fixed from the
@@ -63,6 +64,50 @@ def deal(shards: Sequence[Any], seed: int, epoch: int, world_size: int, rank: in
     return order[rank::world_size]
 
 
+def mix_shards(
+    corpora: Sequence[Sequence[dict[str, Any]]], weights: Sequence[float], epoch: int, seed: int
+) -> list[dict[str, Any]]:
+    """Epoch ``epoch``'s shards of several sharded corpora mixed by ``weights`` (``runs.<run>.
+    weights``), as :func:`asrflow.train.data.mix_epoch` mixes cuts, at the grain of a shard.
+
+    An epoch holds about as many cuts as all corpora together, ``N``; corpus ``i`` gives whole
+    shards until it has given ``round(N * w_i / sum(w))`` cuts (at least one shard). Each corpus
+    is read as an endless stream of passes over its shards, each pass a new seeded permutation,
+    and epoch ``e`` takes the next shards of that stream: a small corpus weighted up repeats
+    shards within the epoch, a large one weighted down gives other shards each epoch. A shard's
+    second, third... occurrence in the epoch carries ``repeat`` 1, 2...: its cut IDs get
+    ``_rep<k>`` appended when read, so IDs stay unique (as mix_epoch does).
+    """
+    from asrflow.train.data import pass_order
+
+    if len(corpora) != len(weights):
+        raise AsrflowError(
+            f"mix: {len(corpora)} sharded corpora but {len(weights)} weights; give one weight "
+            "per corpus"
+        )
+    total = sum(s["num_cuts"] for shards in corpora for s in shards)
+    picked: list[dict[str, Any]] = []
+    for i, (shards, weight) in enumerate(zip(corpora, weights, strict=True)):
+        want = max(1, round(total * float(weight) / float(sum(weights))))
+        position = 0
+        for e in range(epoch + 1):
+            taken, got = [], 0
+            while got < want:
+                npass, k = divmod(position, len(shards))
+                shard = shards[pass_order(len(shards), seed, i, npass)[k]]
+                taken.append(shard)
+                got += shard["num_cuts"]
+                position += 1
+            if e == epoch:
+                picked += taken
+    seen: dict[str, int] = {}
+    out = []
+    for shard in picked:
+        out.append({**shard, "repeat": seen.get(shard["cuts"], 0)})
+        seen[shard["cuts"]] = seen.get(shard["cuts"], 0) + 1
+    return out
+
+
 class ShardBatches(IterableDataset):
     """The batches of one rank in one epoch, each worker reading its share of the shards.
 
@@ -71,6 +116,8 @@ class ShardBatches(IterableDataset):
     split); ``speed_perturb``: factors, each cut yielded once per factor (1.0: as it is);
     ``max_cuts``: read only that many cuts in all (the smoke run); ``dataset`` turns a batch
     of cuts into tensors (None: only :meth:`epoch_batches` is used, as the batch audit does).
+    With ``weights``, ``shards`` is a list of each corpus's shards, mixed anew every epoch by
+    :func:`mix_shards`.
     """
 
     def __init__(
@@ -84,15 +131,11 @@ class ShardBatches(IterableDataset):
         rank: int = 0,
         speed_perturb: Sequence[float] = (),
         max_cuts: int | None = None,
+        weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
-        if len(shards) < world_size:
-            raise AsrflowError(
-                f"{len(shards)} train shard(s) for {world_size} ranks: every rank needs a shard "
-                "of its own; lower corpora.<corpus>.shards.shard_size so that there are at "
-                "least as many shards as ranks (better: several per loader worker)"
-            )
         self.shards = list(shards)
+        self.weights = None if weights is None else list(weights)
         self.dataset = dataset
         self.batching = batching
         self.duration_bins = list(duration_bins)
@@ -100,10 +143,23 @@ class ShardBatches(IterableDataset):
         self.speed_perturb = list(speed_perturb)
         self.max_cuts = max_cuts
         self.epoch = 0
+        if len(self.epoch_shards()) < world_size:
+            raise AsrflowError(
+                f"{len(self.epoch_shards())} train shard(s) for {world_size} ranks: every rank "
+                "needs a shard of its own; lower corpora.<corpus>.shards.shard_size so that "
+                "there are at least as many shards as ranks (better: several per loader worker)"
+            )
 
-    def worker_shards(self, worker: int, num_workers: int) -> list[dict[str, str]]:
+    def epoch_shards(self) -> list[dict[str, Any]]:
+        """This epoch's shards, of every rank (the weighted mix of the corpora, with weights)."""
+        if self.weights is None:
+            return self.shards
+        return mix_shards(self.shards, self.weights, self.epoch, self.batching.seed)
+
+    def worker_shards(self, worker: int, num_workers: int) -> list[dict[str, Any]]:
         """The shards worker ``worker`` of ``num_workers`` of this rank reads this epoch."""
-        mine = deal(self.shards, self.batching.seed, self.epoch, self.world_size, self.rank)
+        shards = self.epoch_shards()
+        mine = deal(shards, self.batching.seed, self.epoch, self.world_size, self.rank)
         return mine[worker::num_workers]
 
     def cuts(self, worker: int = 0, num_workers: int = 1, *, audio: bool = True) -> CutSet:
@@ -114,7 +170,11 @@ class ShardBatches(IterableDataset):
         if not shards:
             return CutSet()
         fields = {k: [s[k] for s in shards] for k in ("cuts", "recording") if audio or k == "cuts"}
-        cuts = CutSet(LazySharIterator(fields=fields))
+        renames = [
+            functools.partial(_renamed, suffix=f"_rep{s['repeat']}") if s.get("repeat") else None
+            for s in shards
+        ]
+        cuts = CutSet(LazySharIterator(fields=fields, cut_map_fns=renames))
         if self.max_cuts is not None:
             cuts = cuts.subset(first=-(-self.max_cuts // num_workers))
         if self.speed_perturb:
@@ -159,6 +219,11 @@ class ShardBatches(IterableDataset):
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for cuts in self.sampler(worker, num_workers):
             yield self.dataset[cuts]
+
+
+def _renamed(cut: Any, suffix: str) -> Any:
+    """A cut of a repeated shard, its ID made unique in the epoch."""
+    return cut.with_id(cut.id + suffix)
 
 
 def _perturbed(cut: Any, factors: tuple[float, ...]) -> list[Any]:
