@@ -191,7 +191,7 @@ def measure(args: argparse.Namespace) -> None:
         loader = batch_loader(dataset, sampler, args.measure_workers)
     else:
         batches = ShardBatches(
-            shard_fields(setup["shards"]), dataset, batching, sampler.duration_bins
+            [shard_fields(setup["shards"])], dataset, batching, sampler.duration_bins
         )
         loader = ShardLoader(batches, num_workers=args.measure_workers)
     n, audio = 0, 0.0

@@ -126,18 +126,16 @@ def tokenizer_settings(wildcards):
 
 
 def run_train_inputs(wildcards):
-    """Filtered train splits of a run's corpora, its dev split and its tokenizer."""
+    """Filtered train splits of a run's corpora (and the shards of sharded ones), its dev split
+    and its tokenizer."""
     run = wildcards.run
     r = layout.run(config, run)
-    inputs = {
-        f"train_{i}": filtered_split(corpus, "train")
-        for i, corpus in enumerate(layout.run_corpora(config, run))
-    }
+    inputs = {}
     sharded = layout.sharded_corpora(config)
     for i, corpus in enumerate(layout.run_corpora(config, run)):
-        if (
-            corpus in sharded
-        ):  # training reads this corpus's train audio from its shards
+        inputs[f"train_{i}"] = filtered_split(corpus, "train")
+        # a sharded corpus's train audio is read from its shards
+        if corpus in sharded:
             inputs[f"shards_{i}"] = layout.shards(corpus, "train")
     inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
     inputs["bpe_model"] = layout.tokenizer_file(r["tokenizer"], "bpe.model")

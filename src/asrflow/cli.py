@@ -101,14 +101,14 @@ def _configure_where(p: argparse.ArgumentParser) -> None:
 
 
 def _run_where(args: argparse.Namespace) -> int:
-    from asrflow.data.shards import find_cut
+    from asrflow.data.shards import find_cuts
 
+    located = find_cuts(args.shard_dir, args.cut_ids)  # one pass for all of them
     missing = 0
     for cut_id in args.cut_ids:
-        try:
-            found = find_cut(args.shard_dir, cut_id)
-        except AsrflowError as e:
-            print(f"{cut_id}: not found ({e})")
+        found = located.get(cut_id)
+        if found is None:
+            print(f"{cut_id}: not found (no shard of {args.shard_dir} holds it)")
             missing += 1
             continue
         print(

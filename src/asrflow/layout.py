@@ -322,10 +322,10 @@ def all_targets(config: Config) -> list[str]:
     """The default targets: validated and filtered corpora, the train shards of sharded corpora,
     trained tokenizers and, when there are runs, every run's train summary, the comparison
     report (which pulls in training, evaluation and selection) and the forest plot of its WER
-    differences. The train summaries
-    are asked for here because the report asks for one run's training at a time (a checkpoint:
-    what follows depends on how it ended); as targets, the train jobs of all runs (and seed
-    replicas) are scheduled at once and run side by side where there is room."""
+    differences. The train summaries are asked for here because the report asks for one run's
+    training at a time (a checkpoint: what follows depends on how it ended); as targets, the
+    train jobs of all runs (and seed replicas) are scheduled at once and run side by side where
+    there is room."""
     targets: list[str] = []
     for name in config["corpora"]:
         targets.append(validation_report(name, "txt"))

@@ -27,6 +27,20 @@ def _two_corpora(root):
     return dataclasses.replace(spec, train_cuts=[spec.train_cuts[0], str(new)])
 
 
+def train_recording_epochs(spec, tmp_path, monkeypatch) -> tuple[dict, dict[int, list[str]]]:
+    """Train ``spec`` under ``tmp_path``; its summary and the cut IDs trained on, per epoch."""
+    trained: dict[int, list[str]] = collections.defaultdict(list)
+    step_fn = AsrModule.training_step
+
+    def recording_step(self, batch, batch_idx):
+        trained[self.current_epoch].extend(batch["ids"])
+        return step_fn(self, batch, batch_idx)
+
+    monkeypatch.setattr(AsrModule, "training_step", recording_step)
+    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    return summary, trained
+
+
 def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatch):
     spec = _two_corpora(tmp_path / "data")
     corpora = spec.train_cuts
@@ -39,15 +53,7 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
             "batching": {"max_duration": 1.5},
         },
     )
-    trained: dict[int, list[str]] = collections.defaultdict(list)
-    step_fn = AsrModule.training_step
-
-    def recording_step(self, batch, batch_idx):
-        trained[self.current_epoch].extend(batch["ids"])
-        return step_fn(self, batch, batch_idx)
-
-    monkeypatch.setattr(AsrModule, "training_step", recording_step)
-    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    summary, trained = train_recording_epochs(spec, tmp_path, monkeypatch)
     assert summary["status"] == "completed" and summary["steps"] == steps
 
     sets = [load_cuts(p).to_eager() for p in corpora]
@@ -89,15 +95,7 @@ def test_sharded_weighted_corpora_train_on_each_epochs_shard_mix_and_audit_it(
         train_shards=[str(d) for d in dirs],
         overrides={"trainer": {"max_steps": 16, "val_check_interval": 16}},  # > 1 epoch
     )
-    trained: dict[int, list[str]] = collections.defaultdict(list)
-    step_fn = AsrModule.training_step
-
-    def recording_step(self, batch, batch_idx):
-        trained[self.current_epoch].extend(batch["ids"])
-        return step_fn(self, batch, batch_idx)
-
-    monkeypatch.setattr(AsrModule, "training_step", recording_step)
-    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    summary, trained = train_recording_epochs(spec, tmp_path, monkeypatch)
     assert summary["status"] == "completed", summary
     plan = mix_shards([shard_fields(d) for d in dirs], WEIGHTS, 0, seed=0)
     assert len(trained[0]) == len(set(trained[0])) == sum(s["num_cuts"] for s in plan)

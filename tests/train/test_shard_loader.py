@@ -56,7 +56,7 @@ def sharded(tmp_path_factory) -> SimpleNamespace:
 
 def loader(sharded, rank: int, world_size: int = 2, workers: int = 2, **kwargs) -> ShardLoader:
     batches = ShardBatches(
-        sharded.shards,
+        [sharded.shards],  # one corpus
         sharded.dataset,
         BATCHING,
         sharded.bins,

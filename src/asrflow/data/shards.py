@@ -32,7 +32,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,9 +169,12 @@ def read_index(shard_dir: Pathlike) -> dict:
     return index
 
 
-def shard_fields(shard_dir: Pathlike) -> list[dict[str, Any]]:
+def shard_fields(
+    shard_dir: Pathlike, index: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Each shard of a directory as Lhotse Shar's fields, ``{"cuts": ..., "recording": ...}``
-    (absolute paths, in shard order), with its ``num_cuts``."""
+    (absolute paths, in shard order), with its ``num_cuts``; ``index``: its ``shards.json`` if
+    already read."""
     shard_dir = Path(shard_dir).absolute()
     return [
         {
@@ -179,26 +182,40 @@ def shard_fields(shard_dir: Pathlike) -> list[dict[str, Any]]:
             "recording": str(shard_dir / s["recording"]),
             "num_cuts": s["num_cuts"],
         }
-        for s in read_index(shard_dir)["shards"]
+        for s in (index or read_index(shard_dir))["shards"]
     ]
 
 
-def iter_shard_ids(shard_dir: Pathlike) -> Iterator[tuple[int, int, str]]:
+def iter_shard_ids(
+    shard_dir: Pathlike, index: Mapping[str, Any] | None = None
+) -> Iterator[tuple[int, int, str]]:
     """``(shard, position, cut ID)`` of every cut, in shard order, read from the cut files
     alone (no audio)."""
-    for k, fields in enumerate(shard_fields(shard_dir)):
+    for k, fields in enumerate(shard_fields(shard_dir, index)):
         with gzip.open(fields["cuts"], "rt", encoding="utf-8") as f:
             for position, line in enumerate(f):
                 yield k, position, json.loads(line)["id"]
 
 
+def find_cuts(shard_dir: Pathlike, cut_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Where each cut is: ``{cut ID: {"shard": k, "position": i, "cuts": <file>, "recording":
+    <file>, "member": <name in the tar>}}``, for the IDs some shard holds. One pass over the cut
+    files (no audio), ended once every ID is found."""
+    index = read_index(shard_dir)
+    fields = shard_fields(shard_dir, index)
+    wanted, found = set(cut_ids), {}
+    for k, position, cut_id in iter_shard_ids(shard_dir, index):
+        if cut_id in wanted:
+            member = f"{cut_id}.{index['audio_format']}"
+            found[cut_id] = {"shard": k, "position": position, **fields[k], "member": member}
+            if len(found) == len(wanted):
+                break
+    return found
+
+
 def find_cut(shard_dir: Pathlike, cut_id: str) -> dict[str, Any]:
-    """Where a cut is: ``{"shard": k, "position": i, "cuts": <file>, "recording": <file>,
-    "member": <name in the tar>}``; :class:`AsrflowError` if no shard holds it. Reads the cut
-    files (no audio) until it is found."""
-    fields = shard_fields(shard_dir)
-    for k, position, found in iter_shard_ids(shard_dir):
-        if found == cut_id:
-            member = f"{cut_id}.{read_index(shard_dir)['audio_format']}"
-            return {"shard": k, "position": position, **fields[k], "member": member}
-    raise AsrflowError(f"no shard of {shard_dir} holds a cut {cut_id!r}")
+    """:func:`find_cuts` for one cut; :class:`AsrflowError` if no shard holds it."""
+    found = find_cuts(shard_dir, [cut_id])
+    if cut_id not in found:
+        raise AsrflowError(f"no shard of {shard_dir} holds a cut {cut_id!r}")
+    return found[cut_id]

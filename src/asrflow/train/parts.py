@@ -17,7 +17,6 @@ import torch
 from asrflow.artifacts import CHECKPOINTS, checkpoint_pattern
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.cuts import load_cuts, text
-from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
 from asrflow.text import TextNormalization, normalize
 from asrflow.train.recipe import Recipe
@@ -106,7 +105,6 @@ def _loaders(
     from asrflow.train.resume import SkippingSampler
 
     sets = train_corpora(spec)
-    workers = recipe.batching.num_workers
     if spec.train_shards:
         train = epoch_train_cuts(spec, recipe, sets, 0)
         train_loader: Any = _shard_loader(spec, recipe, dataset, train, world_size, rank)
@@ -118,6 +116,7 @@ def _loaders(
         else:
             train = epoch_train_cuts(spec, recipe, sets, 0)
             sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
+        workers = recipe.batching.num_workers
         train_loader = batch_loader(dataset, SkippingSampler(sampler), workers)
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
@@ -142,20 +141,13 @@ def _shard_loader(
 ) -> Any:
     """The train loader of a run whose corpora are sharded (:mod:`asrflow.train.shards`);
     ``train``: the first epoch's cuts as metadata, for the bucket edges."""
-    from asrflow.data.shards import shard_fields
     from asrflow.train.data import make_sampler
-    from asrflow.train.shards import ShardBatches, ShardLoader
+    from asrflow.train.shards import ShardBatches, ShardLoader, run_shards
 
-    if len(spec.train_shards) != len(spec.train_cuts):
-        raise AsrflowError(
-            f"run {spec.name}: {len(spec.train_shards)} of its {len(spec.train_cuts)} train "
-            "corpora are sharded; shard all of them (corpora.<corpus>.shards) or none"
-        )
+    corpora, weights = run_shards(spec)
     bins = make_sampler(train, recipe.batching, world_size=1, rank=0).duration_bins
-    corpora = [shard_fields(path) for path in spec.train_shards]
-    weights = spec.train_weights if len(corpora) > 1 else None  # mixed as mix_epoch does
     batches = ShardBatches(
-        [shard for shards in corpora for shard in shards] if weights is None else corpora,
+        corpora,
         dataset,
         recipe.batching,
         bins,

@@ -59,17 +59,14 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
 def _shard_batches(spec: RunSpec, recipe: Any) -> Any:
     """``shard_batches`` of the batch audit for a sharded run: one process reading every shard
     with the recipe's loader workers (the cut files only)."""
-    from asrflow.data.shards import shard_fields
-    from asrflow.train.shards import ShardBatches
+    from asrflow.train.shards import ShardBatches, run_shards
 
-    corpora = [shard_fields(path) for path in spec.train_shards]
-    weights = spec.train_weights if len(corpora) > 1 else None
-    shards = [shard for shards in corpora for shard in shards] if weights is None else corpora
+    corpora, weights = run_shards(spec)
     speed = recipe.augmentation.speed_perturb
 
     def epoch_batches(epoch: int, bins: list[float]) -> Any:
         batches = ShardBatches(
-            shards, None, recipe.batching, bins, speed_perturb=speed, weights=weights
+            corpora, None, recipe.batching, bins, speed_perturb=speed, weights=weights
         )
         batches.epoch = epoch
         return batches.epoch_batches(recipe.batching.num_workers)

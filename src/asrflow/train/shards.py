@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from asrflow.errors import AsrflowError
 from asrflow.train.batching import Batching
 from asrflow.train.data import EAGER_WARNING, AsrDataset
+from asrflow.train.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +90,14 @@ def mix_shards(
     picked: list[dict[str, Any]] = []
     for i, (shards, weight) in enumerate(zip(corpora, weights, strict=True)):
         want = max(1, round(total * float(weight) / float(sum(weights))))
-        position = 0
+        position, orders = 0, {}  # each pass's permutation, drawn once
         for e in range(epoch + 1):
             taken, got = [], 0
             while got < want:
                 npass, k = divmod(position, len(shards))
-                shard = shards[pass_order(len(shards), seed, i, npass)[k]]
+                if npass not in orders:
+                    orders[npass] = pass_order(len(shards), seed, i, npass)
+                shard = shards[orders[npass][k]]
                 taken.append(shard)
                 got += shard["num_cuts"]
                 position += 1
@@ -108,21 +111,37 @@ def mix_shards(
     return out
 
 
+def run_shards(spec: RunSpec) -> tuple[list[list[dict[str, Any]]], list[float] | None]:
+    """A sharded run's corpora as :class:`ShardBatches` takes them, and the weights that mix
+    them (None for one corpus, as :func:`asrflow.train.data.mix_epoch` is not used then)."""
+    from asrflow.data.shards import shard_fields
+
+    if len(spec.train_shards) != len(spec.train_cuts):
+        raise AsrflowError(
+            f"run {spec.name}: {len(spec.train_shards)} of its {len(spec.train_cuts)} train "
+            "corpora are sharded; shard all of them (corpora.<corpus>.shards) or none"
+        )
+    corpora = [shard_fields(path) for path in spec.train_shards]
+    weights = spec.train_weights if len(corpora) > 1 else None
+    return corpora, None if weights is None else list(weights)
+
+
 class ShardBatches(IterableDataset):
     """The batches of one rank in one epoch, each worker reading its share of the shards.
 
-    ``shards``: Lhotse Shar fields of every shard (``{"cuts": path, "recording": path}``);
+    ``corpora``: each train corpus's shards as Lhotse Shar fields (``{"cuts": path,
+    "recording": path, "num_cuts": n}``, :func:`asrflow.data.shards.shard_fields`);
     ``duration_bins``: the bucket edges (the same for every worker and rank, from the whole
     split); ``speed_perturb``: factors, each cut yielded once per factor (1.0: as it is);
     ``max_cuts``: read only that many cuts in all (the smoke run); ``dataset`` turns a batch
     of cuts into tensors (None: only :meth:`epoch_batches` is used, as the batch audit does).
-    With ``weights``, ``shards`` is a list of each corpus's shards, mixed anew every epoch by
-    :func:`mix_shards`.
+    Without ``weights`` an epoch reads every shard of every corpus once; with them, the
+    corpora's shards are mixed anew every epoch by :func:`mix_shards`.
     """
 
     def __init__(
         self,
-        shards: Sequence[dict[str, str]],
+        corpora: Sequence[Sequence[dict[str, Any]]],
         dataset: AsrDataset | None,
         batching: Batching,
         duration_bins: Sequence[float],
@@ -134,7 +153,7 @@ class ShardBatches(IterableDataset):
         weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
-        self.shards = list(shards)
+        self.corpora = [list(shards) for shards in corpora]
         self.weights = None if weights is None else list(weights)
         self.dataset = dataset
         self.batching = batching
@@ -143,9 +162,10 @@ class ShardBatches(IterableDataset):
         self.speed_perturb = list(speed_perturb)
         self.max_cuts = max_cuts
         self.epoch = 0
-        if len(self.epoch_shards()) < world_size:
+        count = len(self.epoch_shards())
+        if count < world_size:
             raise AsrflowError(
-                f"{len(self.epoch_shards())} train shard(s) for {world_size} ranks: every rank "
+                f"{count} train shard(s) for {world_size} ranks: every rank "
                 "needs a shard of its own; lower corpora.<corpus>.shards.shard_size so that "
                 "there are at least as many shards as ranks (better: several per loader worker)"
             )
@@ -153,8 +173,8 @@ class ShardBatches(IterableDataset):
     def epoch_shards(self) -> list[dict[str, Any]]:
         """This epoch's shards, of every rank (the weighted mix of the corpora, with weights)."""
         if self.weights is None:
-            return self.shards
-        return mix_shards(self.shards, self.weights, self.epoch, self.batching.seed)
+            return [shard for shards in self.corpora for shard in shards]
+        return mix_shards(self.corpora, self.weights, self.epoch, self.batching.seed)
 
     def worker_shards(self, worker: int, num_workers: int) -> list[dict[str, Any]]:
         """The shards worker ``worker`` of ``num_workers`` of this rank reads this epoch."""
