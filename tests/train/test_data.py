@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -211,6 +213,40 @@ def test_dataloader_yields_every_cut_once(corpus, workers: int):
     assert sorted(seen) == sorted(corpus.cuts.ids)
     dl.sampler.set_epoch(1)
     assert sorted(i for b in dl for i in b["ids"]) == sorted(corpus.cuts.ids)
+    if workers:  # not forks of the training process: see worker_loader
+        assert dl.multiprocessing_context.get_start_method() == "forkserver"
+
+
+# A training script as Snakemake runs one: top-level code, no ``if __name__ == "__main__"``.
+UNGUARDED_SCRIPT = """
+import sys
+from lhotse import load_manifest
+from asrflow.text import TextNormalization
+from asrflow.tokens import TokenEncoder
+from asrflow.train.data import make_dataloader
+root = sys.argv[1]
+with open(root + "/runs.txt", "a") as f:
+    f.write("top-level code ran\\n")
+encoder = TokenEncoder(root + "/bpe.model", root + "/tokens.txt", TextNormalization())
+loader = make_dataloader(load_manifest(root + "/train.jsonl.gz"), encoder,
+                         {"max_duration": 3.0, "num_buckets": 2}, num_workers=2)
+print(sum(len(batch["ids"]) for batch in loader))
+"""
+
+
+def test_workers_of_an_unguarded_script_do_not_run_it_again(corpus):
+    """The workers start from a fork server that imports only asrflow's loader modules: a
+    script's top-level code (the train rule's, the trainer itself) must run once, not again in
+    every worker, as it would with ``spawn`` or a fork server that imports ``__main__``."""
+    script = corpus.root / "train_script.py"
+    script.write_text(UNGUARDED_SCRIPT, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), str(corpus.root)],
+        capture_output=True, text=True, timeout=300, cwd=corpus.root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(len(corpus.cuts))]
+    assert (corpus.root / "runs.txt").read_text(encoding="utf-8") == "top-level code ran\n"
 
 
 def _origin_ids(cuts) -> list[str]:

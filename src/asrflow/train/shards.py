@@ -44,11 +44,11 @@ from lhotse import CutSet
 from lhotse.dataset import DynamicBucketingSampler
 from lhotse.lazy import LazyFlattener, LazyMapper
 from lhotse.shar.readers.lazy import LazySharIterator
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from asrflow.errors import AsrflowError
 from asrflow.train.batching import Batching
-from asrflow.train.data import EAGER_WARNING, AsrDataset
+from asrflow.train.data import EAGER_WARNING, AsrDataset, worker_loader
 from asrflow.train.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class ShardLoader:
 
     def __init__(self, batches: ShardBatches, num_workers: int = 0) -> None:
         self.batches = batches
-        self.loader = DataLoader(batches, batch_size=None, num_workers=num_workers)
+        self.loader = worker_loader(batches, num_workers)
         self.skip = 0
         self.world_size, self.rank = batches.world_size, batches.rank
         self.sampler = self  # the sharding this loader was built for (the module checks it)
