@@ -31,7 +31,7 @@ the same batches (all timed steps; the median of the per-step ratios beside it);
 loop on the two batchings, which shows what padding costs.
 
 ``--breakdown`` adds two asrflow loops on its preloaded batches (with everything; with no
-callbacks, loggers, grad-norm logging, diagnostics or ``self.log``), giving the cost of the
+callbacks, loggers, the step's metrics row, diagnostics or ``self.log``), giving the cost of the
 loader, of those extras and of Lightning's loop itself as medians of per-batch differences, and
 after the rounds one asrflow run under Lightning's ``SimpleProfiler`` (plus the model's forward,
 the loggers, ``self.log`` and the diagnostics): milliseconds per step of each part. ``timings.json``
@@ -386,7 +386,7 @@ class Variant:
     label: str
     preloaded: bool = False
     extras: bool = True
-    """Callbacks, loggers, grad-norm logging, diagnostics and ``self.log``."""
+    """Callbacks, loggers, the module's metrics row, diagnostics and ``self.log``."""
     profiled: bool = False
 
 
@@ -433,8 +433,9 @@ def run_asrflow(
 ) -> Timed:
     """``n`` steps of the Trainer ``rule train`` builds (validation once, at the end).
 
-    ``variant.extras`` False: no callbacks, no loggers, and the module's grad-norm logging,
-    diagnostics and ``self.log`` calls are no-ops. ``variant.profiled``: Lightning's
+    ``variant.extras`` False: no callbacks, no loggers, and the module's diagnostics, its
+    ``self.log`` calls and its step row (``on_train_batch_end``) are no-ops (gradient clipping
+    stays, as in the bare loop; it computes the logged grad norm). ``variant.profiled``: Lightning's
     ``SimpleProfiler`` times its hooks and the data fetch, and times the model's forward, the
     loggers' ``log_metrics``, ``self.log``/``log_dict`` and the diagnostics besides (into
     ``timed.profile``)."""
@@ -461,7 +462,7 @@ def run_asrflow(
     if not variant.extras:
         parts["loggers"], parts["callbacks"], extra = False, [], []
         module.diagnostics = None
-        module.on_before_optimizer_step = module.log = module.log_dict = _ignore
+        module.on_train_batch_end = module.log = module.log_dict = _ignore  # the step's row
     profiler = None
     if variant.profiled:
         profiler = kwargs["profiler"] = SimpleProfiler(dirpath=work, filename="profile")
@@ -686,7 +687,7 @@ def print_breakdown(
     print("where asrflow's step goes (per-step differences on the same batches, medians):")
     for what, slow, fast in (
         ("loader (asrflow's DataLoader vs its batches preloaded)", asrflow, preloaded),
-        ("extras (callbacks, loggers, grad norm, diagnostics, self.log)", preloaded, no_extras),
+        ("extras (callbacks, loggers, metrics row, diagnostics, self.log)", preloaded, no_extras),
         ("Lightning's loop (no extras vs the bare loop)", no_extras, bare),
     ):
         if not slow.same_batches(fast):

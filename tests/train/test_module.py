@@ -35,9 +35,12 @@ def test_skipping_sampler_resumes_the_epoch_where_training_stopped():
     assert list(sampler) == []
 
 
-def test_logged_grad_norm_is_the_total_norm_of_all_gradients(tmp_path):
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_logged_grad_norm_is_the_total_norm_before_clipping(tmp_path, algorithm: str):
     """train/grad_norm is the 2-norm of every gradient as one vector, as Lightning's grad_norm
-    computed it (its "grad_2.0_norm_total") and as gradient clipping sees it."""
+    computes it (its "grad_2.0_norm_total"), taken before clipping; the gradients are clipped
+    as Lightning's own clipping would."""
+    import lightning as L
     from lightning.pytorch.utilities import grad_norm
 
     from asrflow.train.parts import build_trainer_parts
@@ -47,17 +50,58 @@ def test_logged_grad_norm_is_the_total_norm_of_all_gradients(tmp_path):
     spec = make_tiny_run(tmp_path / "data")
     parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
     module = parts["module"]
-    logged = {}
-    module.log = lambda name, value, **kwargs: logged.update({name: value})
-    module.on_before_optimizer_step(None)
-    assert logged == {}  # no gradients yet: nothing to log
+    module.trainer = L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+    optimizer = module.configure_optimizers()["optimizer"]
+    module._train_row = {}
+    module.configure_gradient_clipping(optimizer, 1.0, algorithm)
+    assert module._train_row == {}  # no gradients yet: nothing to log
     loss, _, _ = module(next(iter(parts["train_loader"])))
     loss.backward()
-    module.on_before_optimizer_step(None)
-    every = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
-    assert float(logged["train/grad_norm"]) == pytest.approx(float(every.norm()), rel=1e-5)
-    total = grad_norm(module, norm_type=2)["grad_2.0_norm_total"]
-    assert float(logged["train/grad_norm"]) == pytest.approx(float(total), rel=1e-5)
+    before = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+    total = float(grad_norm(module, norm_type=2)["grad_2.0_norm_total"])
+    assert total == pytest.approx(float(before.norm()), rel=1e-5)
+    clip = total / 4 if algorithm == "norm" else float(before.abs().max()) / 4
+    module.configure_gradient_clipping(optimizer, clip, algorithm)
+    assert float(module._train_row["train/grad_norm"]) == pytest.approx(total, rel=1e-5)
+    after = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+    if algorithm == "norm":
+        assert float(after.norm()) == pytest.approx(clip, rel=1e-4)
+        assert torch.allclose(after, before * (clip / total), rtol=1e-4, atol=1e-9)
+    else:
+        assert torch.equal(after, before.clamp(-clip, clip))
+
+
+def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path):
+    """metrics.csv (and TensorBoard) get one train row per optimizer step, at the step
+    Lightning's own logging used, with the learning rate of that step's update."""
+    import csv
+
+    from asrflow.train.recipe import load_recipe
+    from asrflow.train.runner import train_run
+    from asrflow.train.schedule import build_optimizer, build_scheduler
+    from tests.train.tiny_run import make_tiny_run
+
+    spec = make_tiny_run(tmp_path / "data")
+    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    assert summary["status"] == "completed" and summary["steps"] == 4
+    with open(tmp_path / "work/csv/metrics.csv", newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["train/loss"]]
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    keys = ("train/loss_per_token", "train/batch_tokens", "train/batch_utterances",
+            "train/batch_audio_seconds", "train/padding_ratio", "train/grad_norm",
+            "epoch")  # fmt: skip
+    assert all(r[key] != "" for r in rows for key in keys)
+    recipe = load_recipe(spec.recipe, spec.overrides)
+    optimizer = build_optimizer([torch.nn.Parameter(torch.zeros(1))], recipe.optim, 1.0)
+    scheduler = build_scheduler(optimizer, recipe)["scheduler"]
+    expected = []
+    for _ in rows:
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    peak = recipe.optim.lr
+    assert [float(r["lr"]) for r in rows] == pytest.approx([peak * x for x in expected])
+    assert sorted((tmp_path / "work/tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
@@ -79,8 +123,9 @@ def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
     assert float(loss) == 0.0 and logged == {}
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().sum()) == 0.0 for g in grads)
+    assert module._train_row is None  # no metrics row for a filler
     real = module.training_step(batch, 0)
-    assert float(real) > 0.0 and "train/loss" in logged
+    assert float(real) > 0.0 and "train/loss" in logged and module._train_row is not None
 
 
 def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):

@@ -179,9 +179,7 @@ def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spike
 
 
 def _checkpoint_callbacks(recipe: Recipe, work: Path) -> list[Any]:
-    """Top-k checkpoints per criterion, then ``last.ckpt``, then the learning-rate monitor."""
-    from lightning.pytorch.callbacks import LearningRateMonitor
-
+    """Top-k checkpoints per criterion, then ``last.ckpt`` (the module logs the learning rate)."""
     from asrflow.train.resume import AtomicModelCheckpoint, LastCheckpoint
 
     ckpt_dir = work / CHECKPOINTS
@@ -197,7 +195,6 @@ def _checkpoint_callbacks(recipe: Recipe, work: Path) -> list[Any]:
         for c in recipe.criteria
     ]
     callbacks.append(LastCheckpoint(ckpt_dir / LAST))  # after the top-k callbacks: see its doc
-    callbacks.append(LearningRateMonitor(logging_interval="step"))
     return callbacks
 
 
