@@ -237,14 +237,13 @@ def worker_loader(dataset: Any, num_workers: int, **kwargs: Any) -> DataLoader:
     """A DataLoader of whole batches (``batch_size=None``) whose workers start from a fork
     server, not as forks of the training process.
 
-    Measured (demo recipe, 2 CPU cores, fp32, forward + backward + AdamW on the same batches):
-    while a *forked* child process of the trainer exists, even one that sleeps, each step takes
-    about 20 % longer (forward 36 -> 48 ms; why is not pinned down: the fork leaves the
-    trainer's memory shared copy-on-write with the child); with workers from a fork server
-    (``multiprocessing``'s ``forkserver``: a fresh interpreter that has imported only
-    :data:`WORKER_PRELOAD`) the same loop is 9-11 % slower than on preloaded batches (the
-    worker's own loading competing for the 2 cores), against 24 % with forked workers
-    (``bench/espnet_speed.py`` shows the whole loop).
+    Measured by ``bench/worker_start.py`` (demo recipe, 2 CPU cores, fp32, forward + backward
+    + AdamW on the same batches): while a *forked* child process of the trainer exists, even
+    one that sleeps, each step takes about 20 % longer (the forward most: 36 -> 48 ms; why is
+    not pinned down: the fork leaves the trainer's memory shared copy-on-write with the child);
+    with a worker from a fork server (``multiprocessing``'s ``forkserver``: a fresh interpreter
+    that has imported only :data:`WORKER_PRELOAD`) the loop is 9-11 % slower than on preloaded
+    batches (the worker's loading competing for the 2 cores), against 24 % with a forked one.
 
     A process that Python starts this way imports the parent's ``__main__`` first (for the
     train rule: its Snakemake script, whose top-level code would train again in every worker);
