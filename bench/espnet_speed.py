@@ -37,8 +37,18 @@ after the rounds one asrflow run under Lightning's ``SimpleProfiler`` (plus the 
 the loggers, ``self.log`` and the diagnostics): milliseconds per step of each part. ``timings.json``
 in the work directory keeps every step of every loop (``--workdir`` keeps it).
 
+Model FLOPs per audio second (forward + backward, ``torch.utils.flop_counter``) are printed
+with each loop's model FLOPs utilisation against ``--peak-tflops`` (on a GPU by default its
+dense bf16 peak) and, on a GPU, each loop's peak memory. ``--device cuda`` runs every loop on
+one GPU: ESPnet2 with ``--ngpu 1 --use_amp true`` (bf16 autocast where the GPU has bf16),
+asrflow as the recipe says (``precision: auto``: bf16-mixed), the bare loop under bf16
+autocast; for the issue's GPU comparison use the a100 recipe (``bench/gpu_check.sh`` does)::
+
+    uv run python bench/espnet_speed.py --device cuda --recipe config/recipes/a100_conformer.yaml \
+        --set trainer.devices=1 --set batching.max_duration=250 --set batching.num_workers=6
+
 Needs the demo's filtered cuts and tokenizer (``uv run snakemake`` makes them, or only the data
-half: the command the error message prints). CPU only (fp32, no GPU); recipe overrides with
+half: the command the error message prints). Recipe overrides with
 ``--set KEY=VALUE`` (e.g. ``--set batching.num_buckets=30``)::
 
     uv run python bench/espnet_speed.py --quick            # ~2 minutes: 40 steps after 10, 2 rounds
@@ -51,6 +61,7 @@ Compare ratios measured in one run: these machines are shared and noisy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -239,6 +250,8 @@ class Timed:
     launched: float = field(default_factory=time.perf_counter)
     profile: dict[str, list[float]] = field(default_factory=dict)
     """A profiled run's durations per action (Lightning's ``SimpleProfiler``)."""
+    peak_bytes: int = 0
+    """On a GPU: the most memory the loop had allocated (``torch.cuda.max_memory_allocated``)."""
 
     def window(self, warmup: int, steps: int) -> dict[str, list[float]]:
         """The timed steps: seconds (forward start to the next forward start), audio seconds,
@@ -284,10 +297,19 @@ class StepClock:
 
 
 def espnet_command(
-    recipe: Recipe, spec: RunSpec, data: Path, out: Path, batch_type: str, size: int, n: int
+    recipe: Recipe,
+    spec: RunSpec,
+    data: Path,
+    out: Path,
+    batch_type: str,
+    size: int,
+    n: int,
+    device: str = "cpu",
 ) -> list[str]:
     """``asr_train`` arguments: the recipe's ESPnet keys and its optimizer, grad clip and
-    workers in a config file (as ESPnet recipes keep ``conf/train_asr.yaml``), ``n`` steps."""
+    workers in a config file (as ESPnet recipes keep ``conf/train_asr.yaml``), ``n`` steps.
+    ``device`` cuda: one GPU with ESPnet's AMP, which autocasts to bfloat16 on a GPU that has
+    it (``espnet2.train.trainer.autocast_args``): the counterpart of Lightning's bf16-mixed."""
     from asrflow.train.sections import warmup_steps
 
     o = recipe.optim
@@ -328,7 +350,9 @@ def espnet_command(
         "--fold_length", str(FOLD_LENGTHS[0]), "--fold_length", str(FOLD_LENGTHS[1]),
         "--num_iters_per_epoch", str(n), "--max_epoch", "1",
         "--num_workers", str(recipe.batching.num_workers),
-        "--ngpu", "0", "--use_amp", "false", "--train_dtype", "float32",
+        *(["--ngpu", "1", "--use_amp", "true"] if device == "cuda" else
+          ["--ngpu", "0", "--use_amp", "false"]),
+        "--train_dtype", "float32",
         "--seed", str(recipe.trainer.seed),
         "--keep_nbest_models", "1", "--num_att_plot", "0", "--use_matplotlib", "false",
     ]  # fmt: skip
@@ -430,8 +454,11 @@ def run_asrflow(
     timed: Timed,
     variant: Variant = ASRFLOW,
     batches: list[dict[str, Any]] | None = None,
+    device: str = "cpu",
 ) -> Timed:
-    """``n`` steps of the Trainer ``rule train`` builds (validation once, at the end).
+    """``n`` steps of the Trainer ``rule train`` builds (validation once, at the end), on the
+    CPU in fp32 (``device`` cpu) or as the recipe says on a GPU (cuda; bf16-mixed for
+    ``precision: auto``).
 
     ``variant.extras`` False: no callbacks, no loggers, and the module's diagnostics, its
     ``self.log`` calls and its step row (``on_train_batch_end``) are no-ops (gradient clipping
@@ -455,6 +482,9 @@ def run_asrflow(
     module = parts["module"]
     StepClock(timed).attach(module.model)
     kwargs, _ = cpu_fallback(trainer_kwargs(recipe))
+    if device == "cpu":  # also where a GPU is present
+        kwargs.update(accelerator="cpu", precision="32-true")
+    kwargs.update(devices=1, num_nodes=1)  # one process, as the other loops (a100: 4 GPUs)
     # the recipe's schedule; the Trainer stops after n steps and validates then, not before
     kwargs.update(max_steps=n, val_check_interval=n)
     kwargs.update(enable_progress_bar=False, enable_model_summary=False)  # stdout: the table
@@ -503,9 +533,17 @@ def asrflow_batches(spec: RunSpec, recipe: Recipe, work: Path, n: int) -> list[d
     return batches
 
 
-def run_bare(spec: RunSpec, recipe: Recipe, batches: list[dict[str, Any]], timed: Timed) -> Timed:
+def run_bare(
+    spec: RunSpec,
+    recipe: Recipe,
+    batches: list[dict[str, Any]],
+    timed: Timed,
+    device: str = "cpu",
+) -> Timed:
     """Forward, backward, grad clip, optimizer and LR step on ``batches``: asrflow's model,
-    optimizer, schedule and per-token loss, nothing else."""
+    optimizer, schedule and per-token loss, nothing else. ``device`` cuda: the model on the
+    GPU, each batch copied there at its step, the forward under bfloat16 autocast (as
+    Lightning's bf16-mixed)."""
     import lightning as L
 
     from asrflow.train.loss import per_token
@@ -515,6 +553,7 @@ def run_bare(spec: RunSpec, recipe: Recipe, batches: list[dict[str, Any]], timed
     timed.launched = time.perf_counter()
     L.seed_everything(recipe.trainer.seed, verbose=False)
     model, _ = build_model(recipe.model, spec.tokens, spec.bpe_model)
+    model.to(device)
     StepClock(timed).attach(model)
     optimizer = build_optimizer(model.parameters(), recipe.optim, scaled_lr(recipe))
     scheduler = build_scheduler(optimizer, recipe)["scheduler"]
@@ -531,15 +570,69 @@ def run_bare(spec: RunSpec, recipe: Recipe, batches: list[dict[str, Any]], timed
         for b in batches
     ]
     model.train()
-    for speech, speech_lengths, text, text_lengths, tokens in steps:
-        loss_utt, _, _ = model(speech, speech_lengths, text, text_lengths)
+    for *tensors, tokens in steps:
+        speech, speech_lengths, text, text_lengths = (t.to(device) for t in tensors)
+        with autocast(device):
+            loss_utt, _, _ = model(speech, speech_lengths, text, text_lengths)
         per_token(loss_utt, len(speech_lengths), tokens).backward()
         if clip:
             torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return timed
+
+
+def autocast(device: str) -> Any:
+    """bfloat16 autocast on a GPU (Lightning's bf16-mixed, ESPnet's AMP there); none on the
+    CPU, where both trainers run in fp32."""
+    if device == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
+"""Dense bf16 peak of a GPU by a name its ``torch.cuda.get_device_name`` contains (vendor data
+sheets, without sparsity): the denominator of model FLOPs utilisation."""
+
+
+def peak_flops(device: str, given_tflops: float | None) -> float | None:
+    """The peak FLOP/s that utilisation is measured against: ``--peak-tflops``, else the GPU's
+    entry in :data:`PEAK_BF16_TFLOPS`; None (no utilisation printed) when neither is known."""
+    if given_tflops:
+        return given_tflops * 1e12
+    if device != "cuda":
+        return None
+    name = torch.cuda.get_device_name()
+    return next((t * 1e12 for key, t in PEAK_BF16_TFLOPS.items() if key in name), None)
+
+
+def flops_per_audio_second(
+    spec: RunSpec, recipe: Recipe, batches: list[dict[str, Any]], sr: int, device: str
+) -> float:
+    """Model FLOPs of one training step (forward and backward, as ``torch.utils.flop_counter``
+    counts them: matrix multiplies and convolutions) per second of audio, over ``batches``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from asrflow.train.loss import per_token
+    from asrflow.train.model import build_model
+
+    model, _ = build_model(recipe.model, spec.tokens, spec.bpe_model)
+    model.to(device).train()
+    counter = FlopCounterMode(display=False)
+    audio = 0.0
+    with counter:
+        for b in batches:
+            speech, lengths, text, text_lengths = (
+                b[k].to(device) for k in ("speech", "speech_lengths", "text", "text_lengths")
+            )
+            with autocast(device):
+                loss_utt, _, _ = model(speech, lengths, text.clone(), text_lengths)
+            per_token(loss_utt, len(lengths), int(text_lengths.sum())).backward()
+            audio += float(b["speech_lengths"].sum()) / sr
+    return counter.get_total_flops() / audio
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -638,6 +731,30 @@ def print_table(rows: list[Row], base: Row) -> None:
             f"{statistics.fmean(r.pooled('utts')):>6.1f}{100 * r.padding:>8.1f}%"
             f"{throughput:>10.0f}{vs:>13.3f}x ({vs_median:.3f}x){setup:>8.1f}"
         )
+
+
+def print_device(rows: list[Row], model_flops: float, peak: float | None, given: bool) -> None:
+    """Model FLOPs per audio second and, against a known peak, each loop's model FLOPs
+    utilisation (its audio seconds per wall second x FLOPs per audio second / peak); on a GPU
+    also each loop's peak memory (the most over its rounds)."""
+    print(
+        f"model FLOPs per audio second (forward + backward, torch.utils.flop_counter over 4 "
+        f"batches): {model_flops / 1e9:.2f} GFLOP"
+    )
+    if peak is not None:
+        source = "--peak-tflops" if given else "the GPU's dense bf16 peak"
+        print(f"model FLOPs utilisation against {peak / 1e12:g} TFLOP/s ({source}):")
+    for r in rows:
+        throughput = 1 / statistics.median(r.seconds_per_audio())
+        parts = []
+        if peak is not None:
+            parts.append(f"MFU {100 * model_flops * throughput / peak:.2f} %")
+        memory = max(t.peak_bytes for t in r.rounds)
+        if memory:
+            parts.append(f"peak memory {memory / 2**30:.2f} GiB")
+        if parts:
+            print(f"  {r.label:<28}{', '.join(parts)}")
+    print()
 
 
 def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
@@ -741,10 +858,11 @@ def loading_seconds(
             break
     cmd = list(cmd)
     cmd[cmd.index("--num_workers") + 1] = "0"
-    batches = iter(espnet_iterator(cmd))
-    for _ in range(count):
+    batches = iter(espnet_iterator(cmd))  # an epoch of the run's steps: maybe under count
+    while len(seconds["espnet"]) < count:
         start = time.perf_counter()
-        next(batches)
+        if next(batches, None) is None:
+            break
         seconds["espnet"].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in seconds.items()}
 
@@ -805,6 +923,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads, every loop")
     parser.add_argument("--quick", action="store_true", help="40 steps after 10, 2 rounds")
     parser.add_argument("--breakdown", action="store_true", help="asrflow with parts removed")
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cuda: every loop on one GPU, bf16 autocast (the a100 recipe: --recipe "
+        "config/recipes/a100_conformer.yaml); cpu: fp32",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help="peak FLOP/s for model FLOPs utilisation (default on a GPU: its dense bf16 peak)",
+    )
     parser.add_argument("--batch-type", choices=["numel", "folded"], default="numel")
     parser.add_argument("--dev-cuts", type=int, default=8, help="dev cuts validated at the end")
     parser.add_argument("--workdir", help="kept afterwards (default: a temporary directory)")
@@ -828,6 +958,8 @@ def main() -> None:
         "tokens": tok / "tokens.txt",
     }
     check_inputs(inputs)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("espnet_speed: --device cuda, but torch sees no usable CUDA GPU here")
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # as rule train does, for child processes
     work = Path(args.workdir or tempfile.mkdtemp(prefix="asrflow-espnet-speed-"))
@@ -888,32 +1020,44 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
         data / "train", args.batch_type, target, sr
     )
     size_name = "batch_bins" if args.batch_type == "numel" else "batch_size"
-    cmd = espnet_command(recipe, spec, data, work / "espnet" / "exp", args.batch_type, size, n)
+    cmd = espnet_command(
+        recipe, spec, data, work / "espnet" / "exp", args.batch_type, size, n, args.device
+    )
 
     log.info("loading %d batches of each loader for the bare loop", n)
     batches_a = asrflow_batches(spec, recipe, work / "preload", n)
     batches_e = espnet_batches(cmd, n)
     gc.collect()
+    dev = args.device
+    model_flops = flops_per_audio_second(spec, recipe, batches_a[:4], sr, dev)
+    peak = peak_flops(dev, args.peak_tflops)
 
     loops: list[tuple[str, Callable[[Timed], Timed]]] = [
         (f"ESPnet2 trainer ({args.batch_type})", lambda t: run_espnet(cmd, t)),
-        (ASRFLOW.label, lambda t: run_asrflow(spec, recipe, work / "asrflow", n, t)),
-        ("bare loop, asrflow batches", lambda t: run_bare(spec, recipe, batches_a, t)),
-        ("bare loop, ESPnet2 batches", lambda t: run_bare(spec, recipe, batches_e, t)),
+        (ASRFLOW.label, lambda t: run_asrflow(spec, recipe, work / "asrflow", n, t, device=dev)),
+        ("bare loop, asrflow batches", lambda t: run_bare(spec, recipe, batches_a, t, dev)),
+        ("bare loop, ESPnet2 batches", lambda t: run_bare(spec, recipe, batches_e, t, dev)),
     ]
     if args.breakdown:
         for v in (PRELOADED, NO_EXTRAS):
             loops.append(
                 (
                     v.label,
-                    lambda t, v=v: run_asrflow(spec, recipe, work / "asrflow", n, t, v, batches_a),
+                    lambda t, v=v: run_asrflow(
+                        spec, recipe, work / "asrflow", n, t, v, batches_a, dev
+                    ),
                 )
             )
     timed: dict[str, list[Timed]] = {label: [] for label, _ in loops}
     for r in range(args.rounds):
         for label, run in loops:
             log.info("round %d of %d: %s, %d steps", r + 1, args.rounds, label, n)
+            if dev == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             timed[label].append(run(Timed(label, sr)))
+            if dev == "cuda":
+                timed[label][-1].peak_bytes = torch.cuda.max_memory_allocated()
+                torch.cuda.empty_cache()
             gc.collect()
     loading: dict[str, float] = {}
     if args.breakdown:  # once, after the rounds: the profiler's own cost stays out of them
@@ -921,7 +1065,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
         log.info("profiled: %s, %d steps", ASRFLOW.label, n)
         profiled = Timed(PROFILED.label, sr)
         timed[PROFILED.label] = [
-            run_asrflow(spec, recipe, work / "asrflow", n, profiled, PROFILED, batches_a)
+            run_asrflow(spec, recipe, work / "asrflow", n, profiled, PROFILED, batches_a, dev)
         ]
     rows = {label: Row(label, runs, args.warmup, args.steps) for label, runs in timed.items()}
     (work / "timings.json").write_text(
@@ -936,7 +1080,10 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     print()
     print(f"bench/espnet_speed.py, {started.isoformat(timespec='seconds')}, commit {commit()}")
     print(f"machine: {machine()}, {platform.platform()}")
-    print(f"{versions()}; {args.threads} torch threads, fp32 on the CPU")
+    where = (
+        f"bf16 autocast on {torch.cuda.get_device_name()}" if dev == "cuda" else "fp32 on the CPU"
+    )
+    print(f"{versions()}; {args.threads} torch threads, {where}")
     print(f"load average (1, 5, 15 min): {load_before} before, {load()} after")
     print(
         f"model: {Path(args.recipe).name} ESPnet keys, {params / 1e6:.2f} M parameters; "
@@ -961,6 +1108,9 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     print()
     print_table([rows[label] for label in labels[:4]], espnet)
     print()
+    print_device(
+        [rows[label] for label in labels[:4]], model_flops, peak, args.peak_tflops is not None
+    )
     print_ratios(espnet, asrflow, bare_a, bare_e)
     if args.breakdown:
         print()

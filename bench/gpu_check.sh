@@ -7,9 +7,12 @@
 #   1. the whole DAG with bench/gpu.yaml (demo run on one GPU, precision auto = bf16-mixed);
 #   2. bench/eval_dtype.py on cuda: an export decoded in float32 and bfloat16;
 #   3. bench/train_speed.py: demo_conformer (32-true, bf16-mixed) and a100_conformer at 250-s
-#      batches (32-true with TF32, bf16-mixed, bf16-true).
+#      batches (32-true with TF32, bf16-mixed, bf16-true);
+#   4. bench/espnet_speed.py --device cuda: a100_conformer at 250-s batches, asrflow's loop
+#      against ESPnet2's trainer and a bare loop (bf16), peak memory and model FLOPs
+#      utilisation (issue 15, section 5; not yet run on a GPU: ~3-5 minutes expected).
 # PY and SNAKEMAKE name the interpreter and Snakemake (default: the project's uv environment).
-# The same stages took 6 min 8 s on one H200 (README, Training, "On a GPU").
+# Stages 1-3 took 6 min 8 s on one H200 (README, Training, "On a GPU").
 set -u
 OUT=${1:-results/gpu_check}
 PY=${PY:-uv run python}
@@ -59,5 +62,16 @@ timeout -k 5 240 $PY bench/train_speed.py config/recipes/a100_conformer.yaml --t
     --threads 4 --set batching.max_duration=250 --set batching.num_workers=6 \
     --set batching.num_buckets=10 >"$OUT/train_speed_a100.txt" 2>&1
 tail -4 "$OUT/train_speed_a100.txt" >>"$OUT/summary.txt"
+
+stamp "asrflow against ESPnet2's trainer on the GPU, a100_conformer"
+timeout -k 10 "${ESPNET_S:-300}" $PY bench/espnet_speed.py --device cuda --quick \
+    --recipe config/recipes/a100_conformer.yaml --train $TRAIN --dev $DEV --tokenizer $TOK \
+    --threads 4 --set trainer.devices=1 --set batching.max_duration=250 \
+    --set batching.num_workers=6 --set batching.num_buckets=10 >"$OUT/espnet_speed_gpu.txt" 2>&1
+if grep -q '^loop' "$OUT/espnet_speed_gpu.txt"; then  # the tables, else how it failed
+    sed -n '/^loop/,$p' "$OUT/espnet_speed_gpu.txt" >>"$OUT/summary.txt"
+else
+    tail -5 "$OUT/espnet_speed_gpu.txt" >>"$OUT/summary.txt"
+fi
 stamp done
 cat "$OUT/summary.txt"
