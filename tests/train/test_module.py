@@ -102,6 +102,9 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path):
     peak = recipe.optim.lr
     assert [float(r["lr"]) for r in rows] == pytest.approx([peak * x for x in expected])
     assert sorted((tmp_path / "work/tensorboard").glob("events.out.tfevents.*"))
+    final = summary["final_metrics"]  # the last row and the last validation
+    assert final["train/loss_per_token"] == pytest.approx(float(rows[-1]["train/loss_per_token"]))
+    assert {"train/grad_norm", "lr", "valid/loss", "valid/wer"} <= set(final)
 
 
 def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):

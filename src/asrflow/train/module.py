@@ -110,6 +110,8 @@ class AsrModule(L.LightningModule):
         self._resumed_batches = 0
         self._resync_log_step = False
         self._train_row: dict[str, Any] | None = None  # this batch's metrics, logged at its end
+        self.last_train_metrics: dict[str, float] = {}
+        """The last row logged (rank 0): the run summary's final train figures."""
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
@@ -306,6 +308,7 @@ class AsrModule(L.LightningModule):
         step = int(row.pop("step"))
         row["epoch"] = self.current_epoch
         metrics = {key: float(value) for key, value in row.items()}
+        self.last_train_metrics = metrics
         for logger in self.loggers:
             logger.log_metrics(metrics, step=step)
 

@@ -168,7 +168,10 @@ def record_completion(
         num_nodes=trainer.num_nodes,
         world_size=trainer.world_size,
         criteria=best_checkpoints(parts["callbacks"]),
-        final_metrics={k: float(v) for k, v in trainer.callback_metrics.items()},
+        final_metrics={
+            **parts["module"].last_train_metrics,  # the last step's row
+            **{k: float(v) for k, v in trainer.callback_metrics.items()},
+        },
         loss_spikes=diagnostics.num_spikes,
         spike_suspects=diagnostics.suspects(),
         warnings=diagnostics.warnings,
