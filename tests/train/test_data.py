@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from lhotse import CutSet
@@ -118,6 +119,48 @@ def test_resamples_to_the_model_rate(corpus):
 
     down = AsrDataset(corpus.encoder, sample_rate=8000)[cuts]
     assert down["speech_lengths"].tolist() == [4000, 2000]
+
+
+def test_speech_is_what_lhotse_collate_audio_makes(corpus):
+    """collate_speech reads and pads the audio itself (faster): the same tensors as Lhotse's
+    collate_audio(mono_downmix=True), for cuts of several lengths, one resampled, one part of
+    a longer recording, one speed-perturbed, one channel of a stereo file and both of them."""
+    import soundfile
+    from lhotse import Recording
+    from lhotse.dataset.collation import collate_audio
+
+    from asrflow.train.data import collate_speech
+
+    root = corpus.root / "collate"
+    write_wav(root / "low.wav", 0.5, sr=8000)
+    rng = np.random.default_rng(5)
+    stereo = (rng.standard_normal((6000, 2)) * 3000).astype(np.int16)
+    soundfile.write(root / "stereo.wav", stereo, 16000, subtype="PCM_16")
+    manifest = write_nemo(
+        root / "m.jsonl",
+        [
+            {"audio_filepath": "low.wav", "duration": 0.5, "text": "hello one"},
+            {"audio_filepath": "stereo.wav", "duration": 0.375, "text": "hello two"},
+        ],
+    )
+    extra = list(import_nemo(manifest))  # the stereo file's cut: its channel 0
+    both = Recording.from_file(root / "stereo.wav").to_cut()  # both channels: downmixed
+    assert both.num_channels == 2
+    first, second = list(corpus.cuts)[:2]
+    cuts = [
+        *list(corpus.cuts)[2:5],
+        extra[0].resample(16000),
+        extra[1],
+        both,
+        first.truncate(offset=0.2, duration=0.5),
+        second.perturb_speed(1.1),
+    ]
+    speech, lengths = collate_speech(cuts)
+    expected, expected_lengths = collate_audio(CutSet.from_cuts(cuts), mono_downmix=True)
+    assert speech.dtype == torch.float32 and lengths.dtype == torch.int64
+    assert torch.equal(lengths, expected_lengths.to(torch.int64))
+    assert lengths.tolist() == [c.num_samples for c in cuts]
+    assert torch.equal(speech, expected.to(torch.float32))
 
 
 def test_unknown_characters_become_unk(corpus):
