@@ -7,7 +7,7 @@ sampler, fed five ways, in interleaved rounds:
 - ``preloaded``: the batches loaded beforehand (no loading, no other process);
 - ``in-process``: asrflow's loader with ``num_workers: 0`` (the audio read in the trainer);
 - ``worker, fork server``: asrflow's loader with one worker, as ``rule train`` builds it
-  (:func:`asrflow.train.data.worker_loader`: the worker is forked from a fork server);
+  (:func:`asrflow.train.workers.worker_loader`: the worker is forked from a fork server);
 - ``worker, fork``: the same dataset and sampler with one worker forked from the trainer
   (PyTorch's default on Linux, and asrflow's before);
 - ``idle forked child``: the preloaded batches while a forked child of the trainer sleeps.

@@ -256,7 +256,7 @@ def test_dataloader_yields_every_cut_once(corpus, workers: int):
     assert sorted(seen) == sorted(corpus.cuts.ids)
     dl.sampler.set_epoch(1)
     assert sorted(i for b in dl for i in b["ids"]) == sorted(corpus.cuts.ids)
-    if workers:  # not forks of the training process: see worker_loader
+    if workers:  # not forks of the training process: see asrflow.train.workers
         assert dl.multiprocessing_context.get_start_method() == "forkserver"
 
 

@@ -5,8 +5,8 @@ into batches of at most ``max_duration`` seconds and yields each batch as a ``Cu
 :class:`AsrDataset` turns one such ``CutSet`` into padded tensors, loading and resampling the
 audio on the fly. The DataLoader runs with ``batch_size=None`` and the sampler as its
 ``sampler``, so the sampler stays in the main process (its ``state_dict`` is the resume point)
-and workers only load audio. Workers start from a fork server (:func:`worker_loader`), not
-as forks of the training process.
+and workers only load audio. Workers start from a fork server
+(:func:`asrflow.train.workers.worker_loader`), not as forks of the training process.
 
 Example::
 
@@ -18,13 +18,10 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import multiprocessing
-import sys
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +34,7 @@ from asrflow.data.cuts import origin, text
 from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batching import Batching
+from asrflow.train.workers import worker_loader
 from asrflow.types import Hz
 
 log = logging.getLogger(__name__)
@@ -242,67 +240,6 @@ def batch_loader(
         persistent_workers=num_workers > 0,
         pin_memory=pin_memory,
     )
-
-
-WORKER_PRELOAD = ("asrflow.train.data", "asrflow.train.shards")
-"""What the fork server imports once, so that each worker it forks starts in milliseconds."""
-
-
-def worker_loader(dataset: Any, num_workers: int, **kwargs: Any) -> DataLoader:
-    """A DataLoader of whole batches (``batch_size=None``) whose workers start from a fork
-    server, not as forks of the training process.
-
-    Measured by ``bench/worker_start.py`` (demo recipe, 2 CPU cores, fp32, forward + backward
-    + AdamW on the same batches): while a *forked* child process of the trainer exists, even
-    one that sleeps, each step takes about 20 % longer (the forward most: 36 -> 48 ms; why is
-    not pinned down: the fork leaves the trainer's memory shared copy-on-write with the child);
-    with a worker from a fork server (``multiprocessing``'s ``forkserver``: a fresh interpreter
-    that has imported only :data:`WORKER_PRELOAD`) the loop is 9-11 % slower than on preloaded
-    batches (the worker's loading competing for the 2 cores), against 24 % with a forked one.
-
-    A process that Python starts this way imports the parent's ``__main__`` first (for the
-    train rule: its Snakemake script, whose top-level code would train again in every worker);
-    :class:`WorkerLoader` starts its workers with ``__main__`` unnamed, as for ``python -c``.
-    So a dataset must be an importable object, as asrflow's are. The fork server starts once
-    per process and lives as long.
-    """
-    context = None
-    if num_workers > 0:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(WORKER_PRELOAD))
-    return WorkerLoader(
-        dataset,
-        batch_size=None,
-        num_workers=num_workers,
-        multiprocessing_context=context,
-        **kwargs,
-    )
-
-
-class WorkerLoader(DataLoader):
-    """A DataLoader whose worker processes do not import ``__main__`` (see
-    :func:`worker_loader`)."""
-
-    def __iter__(self) -> Any:
-        if self.num_workers == 0:
-            return super().__iter__()
-        with _main_unnamed():  # workers start (or, persistent, restart nothing) in here
-            return super().__iter__()
-
-
-@contextlib.contextmanager
-def _main_unnamed() -> Iterator[None]:
-    """``__main__`` without a file or module name while the block runs: a process started
-    then by ``multiprocessing`` (``spawn``, ``forkserver``) skips importing it."""
-    main = sys.modules["__main__"]
-    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if key in main.__dict__}
-    main.__dict__.pop("__file__", None)
-    main.__dict__["__spec__"] = None
-    try:
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
 
 
 def mix_epoch(

@@ -48,8 +48,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from asrflow.errors import AsrflowError
 from asrflow.train.batching import Batching
-from asrflow.train.data import EAGER_WARNING, AsrDataset, worker_loader
+from asrflow.train.data import EAGER_WARNING, AsrDataset
 from asrflow.train.spec import RunSpec
+from asrflow.train.workers import worker_loader
 
 log = logging.getLogger(__name__)
 
