@@ -35,13 +35,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from espnet_speed import REPO, TOKENIZER, load, machine, text_normalization, versions
+from espnet_speed import (
+    CORPUS,
+    RECIPE,
+    REPO,
+    TOKENIZER,
+    load,
+    machine,
+    text_normalization,
+    versions,
+)
 
 from asrflow import layout
 from asrflow.train.recipe import load_recipe, scaled_lr
 from asrflow.train.spec import RunSpec
-
-RECIPE = REPO / "config/recipes/demo_conformer.yaml"
 
 
 def run_spec(args: argparse.Namespace, workers: int) -> tuple[RunSpec, Any]:
@@ -49,7 +56,7 @@ def run_spec(args: argparse.Namespace, workers: int) -> tuple[RunSpec, Any]:
     tok = Path(args.tokenizer)
     spec = RunSpec(
         name="worker_start",
-        recipe=str(RECIPE),
+        recipe=str(REPO / RECIPE),
         overrides=overrides,
         train_cuts=[args.train],
         dev_cuts=args.dev,
@@ -58,7 +65,7 @@ def run_spec(args: argparse.Namespace, workers: int) -> tuple[RunSpec, Any]:
         normalization=text_normalization(),
         max_dev_cuts=4,
     )
-    return spec, load_recipe(RECIPE, overrides)
+    return spec, load_recipe(REPO / RECIPE, overrides)
 
 
 def train_loader(args: argparse.Namespace, workers: int, work: Path) -> Any:
@@ -85,16 +92,17 @@ def forked_loader(loader: Any) -> Any:
     )
 
 
-def bare_loop(batches: Iterable[dict[str, Any]], n: int, warmup: int) -> dict[str, list[float]]:
-    """``n`` steps of forward, backward, clip and AdamW; seconds per step and per forward of the
-    steps after ``warmup``."""
+def bare_loop(
+    spec: RunSpec, recipe: Any, batches: Iterable[dict[str, Any]], n: int, warmup: int
+) -> dict[str, list[float]]:
+    """``n`` steps of forward, backward, clip and AdamW of the recipe's model on ``batches``;
+    seconds per step and per forward of the steps after ``warmup``."""
     import lightning as L
 
     from asrflow.train.loss import per_token
     from asrflow.train.model import build_model
     from asrflow.train.schedule import build_optimizer
 
-    spec, recipe = SPEC
     L.seed_everything(recipe.trainer.seed, verbose=False)
     model, _ = build_model(recipe.model, spec.tokens, spec.bpe_model)
     optimizer = build_optimizer(model.parameters(), recipe.optim, scaled_lr(recipe))
@@ -120,15 +128,45 @@ def bare_loop(batches: Iterable[dict[str, Any]], n: int, warmup: int) -> dict[st
     return {"seconds": steps[warmup:], "forward": forwards[warmup:]}
 
 
-SPEC: tuple[RunSpec, Any]
+def run_loops(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Every loop, ``args.rounds`` interleaved rounds: per loop name, each round's timings."""
+    spec, recipe = run_spec(args, 0)
+    n = args.warmup + args.steps
+    preloaded = [b for _, b in zip(range(n), train_loader(args, 0, work / "pre"), strict=False)]
+
+    def bare(batches: Iterable[dict[str, Any]]) -> dict[str, list[float]]:
+        return bare_loop(spec, recipe, batches, n, args.warmup)
+
+    loops: dict[str, Callable[[], dict[str, list[float]]]] = {
+        "preloaded": lambda: bare(preloaded),
+        "in-process (num_workers 0)": lambda: bare(train_loader(args, 0, work / "w0")),
+        "worker, fork server (asrflow)": lambda: bare(train_loader(args, 1, work / "w1")),
+        "worker, fork": lambda: bare(forked_loader(train_loader(args, 1, work / "wf"))),
+    }
+
+    def with_idle_child() -> dict[str, list[float]]:
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,))
+        child.start()
+        try:
+            return bare(preloaded)
+        finally:
+            child.terminate()
+            child.join()
+
+    loops["idle forked child, preloaded"] = with_idle_child
+    timed: dict[str, list[dict[str, list[float]]]] = {name: [] for name in loops}
+    for _ in range(args.rounds):
+        for name, loop in loops.items():
+            timed[name].append(loop())
+            gc.collect()
+    return timed
 
 
 def main() -> None:
-    global SPEC
     results = REPO / layout.RESULTS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train", default=str(REPO / layout.filtered("demo", "train")))
-    parser.add_argument("--dev", default=str(REPO / layout.filtered("demo", "dev")))
+    parser.add_argument("--train", default=str(REPO / layout.filtered(CORPUS, "train")))
+    parser.add_argument("--dev", default=str(REPO / layout.filtered(CORPUS, "dev")))
     parser.add_argument("--tokenizer", default=str(results / "tokenizers" / TOKENIZER))
     parser.add_argument("--steps", type=int, default=100, help="timed steps per loop and round")
     parser.add_argument("--warmup", type=int, default=10)
@@ -142,41 +180,9 @@ def main() -> None:
         if not Path(p).is_file():
             raise SystemExit(f"worker_start: {p} is missing; see bench/espnet_speed.py --help")
     torch.set_num_threads(args.threads)
-    SPEC = run_spec(args, 0)
-    n = args.warmup + args.steps
     started, load_before = datetime.datetime.now().astimezone(), load()
-    work = Path(tempfile.mkdtemp(prefix="worker_start."))
-    preloaded = [b for _, b in zip(range(n), train_loader(args, 0, work / "pre"), strict=False)]
-
-    loops: dict[str, Callable[[], dict[str, list[float]]]] = {
-        "preloaded": lambda: bare_loop(preloaded, n, args.warmup),
-        "in-process (num_workers 0)": lambda: bare_loop(
-            train_loader(args, 0, work / "w0"), n, args.warmup
-        ),
-        "worker, fork server (asrflow)": lambda: bare_loop(
-            train_loader(args, 1, work / "w1"), n, args.warmup
-        ),
-        "worker, fork": lambda: bare_loop(
-            forked_loader(train_loader(args, 1, work / "wf")), n, args.warmup
-        ),
-    }
-
-    def with_idle_child() -> dict[str, list[float]]:
-        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,))
-        child.start()
-        try:
-            return bare_loop(preloaded, n, args.warmup)
-        finally:
-            child.terminate()
-            child.join()
-
-    loops["idle forked child, preloaded"] = with_idle_child
-    timed: dict[str, list[dict[str, list[float]]]] = {name: [] for name in loops}
-    for _ in range(args.rounds):
-        for name, loop in loops.items():
-            timed[name].append(loop())
-            gc.collect()
-
+    with tempfile.TemporaryDirectory(prefix="worker_start.") as tmp:
+        timed = run_loops(args, Path(tmp))
     print(f"bench/worker_start.py, {started.isoformat(timespec='seconds')}")
     print(f"machine: {machine()}; {versions()}; {args.threads} torch threads, fp32")
     print(f"load average (1, 5, 15 min): {load_before} before, {load()} after")
