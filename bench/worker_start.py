@@ -2,14 +2,18 @@
 
 The same bare training loop (forward, per-token loss, backward, grad clip, AdamW; the demo
 recipe's model, 2 torch threads, fp32 on the CPU) on the same batches of asrflow's train
-sampler, fed five ways, in interleaved rounds:
+sampler, fed seven ways, in interleaved rounds:
 
 - ``preloaded``: the batches loaded beforehand (no loading, no other process);
 - ``in-process``: asrflow's loader with ``num_workers: 0`` (the audio read in the trainer);
 - ``worker, fork server``: asrflow's loader with one worker, as ``rule train`` builds it
-  (:func:`asrflow.train.workers.worker_loader`: the worker is forked from a fork server);
+  (:func:`asrflow.train.workers.worker_loader`: the worker is forked from a fork server, runs
+  at ``batching.worker_nice`` 19 and hands small tensors over as bytes);
+- ``..., nice 0``: the same worker at the trainer's CPU priority (asrflow's before);
+- ``..., tensors shared``: at nice 19, every tensor handed over through shared memory
+  (PyTorch's way, asrflow's before: one file-descriptor hand-over per tensor);
 - ``worker, fork``: the same dataset and sampler with one worker forked from the trainer
-  (PyTorch's default on Linux, and asrflow's before);
+  (PyTorch's default on Linux, and asrflow's before the fork server);
 - ``idle forked child``: the preloaded batches while a forked child of the trainer sleeps.
 
 Each row gives the median and total seconds per step over the timed steps of all rounds, the
@@ -68,13 +72,23 @@ def run_spec(args: argparse.Namespace, workers: int) -> tuple[RunSpec, Any]:
     return spec, load_recipe(REPO / RECIPE, overrides)
 
 
-def train_loader(args: argparse.Namespace, workers: int, work: Path) -> Any:
-    """The train loader ``rule train`` builds, its sampler at epoch 0."""
+def train_loader(
+    args: argparse.Namespace, workers: int, work: Path, nice: int | None = None, shared=False
+) -> Any:
+    """The train loader ``rule train`` builds, its sampler at epoch 0; ``nice``: its workers'
+    ``batching.worker_nice`` instead of the recipe's; ``shared``: every tensor through shared
+    memory (PyTorch's own collation of ``batch_size=None``)."""
+    from torch.utils.data._utils.collate import default_convert
+
     from asrflow.train.parts import build_trainer_parts
 
     spec, recipe = run_spec(args, workers)
     loader = build_trainer_parts(spec, recipe, work)["train_loader"]
     loader.sampler.set_epoch(0)
+    if nice is not None:
+        loader.worker_nice = nice
+    if shared:
+        loader.collate_fn = default_convert
     return loader
 
 
@@ -141,6 +155,8 @@ def run_loops(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "preloaded": lambda: bare(preloaded),
         "in-process (num_workers 0)": lambda: bare(train_loader(args, 0, work / "w0")),
         "worker, fork server (asrflow)": lambda: bare(train_loader(args, 1, work / "w1")),
+        "..., nice 0": lambda: bare(train_loader(args, 1, work / "n0", nice=0)),
+        "..., tensors shared": lambda: bare(train_loader(args, 1, work / "sh", shared=True)),
         "worker, fork": lambda: bare(forked_loader(train_loader(args, 1, work / "wf"))),
     }
 

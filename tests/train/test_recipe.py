@@ -94,6 +94,18 @@ def test_batching_section_is_the_samplers_settings(tmp_path):
     assert dropping.identity_sha256() != r.identity_sha256()
 
 
+def test_the_workers_priority_is_operational(tmp_path):
+    """batching.worker_nice only decides when the workers get a core: not part of the recipe's
+    identity (changing it resumes a run, reruns nothing), and not a sampler argument."""
+    r = recipe_from_dict(MODEL)
+    assert r.batching.worker_nice == 19  # the lowest: load in the trainer's idle time
+    assert "worker_nice" not in r.batching.sampler_kwargs()
+    eager = load_recipe(write(tmp_path, {**MODEL, "batching": {"worker_nice": 0}}))
+    assert eager.batching.worker_nice == 0
+    assert eager.identity_sha256() == r.identity_sha256()
+    assert eager.operational()["batching"] == {"num_workers": 1, "worker_nice": 0}
+
+
 def test_yaml_int_precision_and_float_fields(tmp_path):
     r = load_recipe(
         write(
@@ -139,6 +151,8 @@ def test_speed_perturb_factors_parse_and_are_checked(tmp_path):
         ({"batching": {"num_buckets": 1}}, r"batching\.num_buckets must be an integer >= 2"),
         ({"batching": {"num_workers": -1}}, r"batching\.num_workers must be a non-negative"),
         ({"batching": {"drop_last": 1}}, r"batching\.drop_last must be true/false"),
+        ({"batching": {"worker_nice": 20}}, r"batching\.worker_nice must be an integer from 0"),
+        ({"batching": {"worker_nice": -5}}, r"batching\.worker_nice must be an integer from 0"),
     ],
 )
 def test_parse_errors_name_the_key(tmp_path, data, message):

@@ -27,6 +27,9 @@ class Batching:
     - ``shuffle``/``seed``: reservoir shuffling, reproducible per seed and epoch;
     - ``num_workers``: DataLoader processes that load the audio of the sampler's batches (the
       sampler itself runs in the main process); not a sampler argument;
+    - ``worker_nice``: how much lower the workers' CPU priority is than the trainer's (0-19, as
+      ``nice``); the workers then load in the time the trainer leaves a core idle instead of
+      taking it from the training step (:mod:`asrflow.train.workers`); not a sampler argument;
     - ``buffer_size``: cuts held across the buckets (memory vs shuffling quality);
     - ``drop_last``: drop incomplete batches at the end of a bucket.
 
@@ -39,6 +42,7 @@ class Batching:
     shuffle: bool = True
     seed: int = 0
     num_workers: int = 1
+    worker_nice: int = 19
     buffer_size: int = 10000
     drop_last: bool = False
 
@@ -66,6 +70,11 @@ class Batching:
             value = getattr(self, key)
             if not _integer(value) or value < 0:
                 raise AsrflowError(f"batching.{key} must be a non-negative integer, got {value!r}")
+        if not _integer(self.worker_nice) or not 0 <= self.worker_nice <= 19:
+            raise AsrflowError(
+                f"batching.worker_nice must be an integer from 0 (the trainer's priority) to 19 "
+                f"(the lowest), got {self.worker_nice!r}"
+            )
 
     @classmethod
     def coerce(cls, batching: Batching | Mapping[str, Any] | Any) -> Batching:
@@ -84,8 +93,12 @@ class Batching:
         return cls(**values)
 
     def sampler_kwargs(self) -> dict[str, Any]:
-        """The ``DynamicBucketingSampler`` arguments: every setting but ``num_workers``."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "num_workers"}
+        """The ``DynamicBucketingSampler`` arguments: every setting but the workers'."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOADER_KEYS}
+
+
+LOADER_KEYS = frozenset({"num_workers", "worker_nice"})
+"""The settings of the DataLoader's workers, not of the sampler."""
 
 
 def _positive(x: Any) -> bool:

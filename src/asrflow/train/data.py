@@ -214,6 +214,7 @@ def make_dataloader(
     world_size: int | None = None,
     rank: int | None = None,
     pin_memory: bool = False,
+    worker_nice: int = 0,
 ) -> DataLoader:
     """A DataLoader of :class:`AsrDataset` batches drawn by :func:`make_sampler`.
 
@@ -225,20 +226,29 @@ def make_dataloader(
         raise AsrflowError(f"num_workers must be a non-negative integer, got {num_workers!r}")
     sampler = make_sampler(cuts, batching, world_size=world_size, rank=rank)
     dataset = AsrDataset(encoder, sample_rate=sample_rate)
-    return batch_loader(dataset, sampler, num_workers, pin_memory=pin_memory)
+    return batch_loader(
+        dataset, sampler, num_workers, pin_memory=pin_memory, worker_nice=worker_nice
+    )
 
 
 def batch_loader(
-    dataset: AsrDataset, sampler: Any, num_workers: int = 0, *, pin_memory: bool = False
+    dataset: AsrDataset,
+    sampler: Any,
+    num_workers: int = 0,
+    *,
+    pin_memory: bool = False,
+    worker_nice: int = 0,
 ) -> DataLoader:
     """The DataLoader of every asrflow loader: ``sampler`` yields whole batches (CutSets) that
-    ``dataset`` turns into tensors; workers (``num_workers > 0``) live across epochs."""
+    ``dataset`` turns into tensors; workers (``num_workers > 0``, at ``worker_nice``) live
+    across epochs."""
     return worker_loader(
         dataset,
         num_workers,
         sampler=sampler,
         persistent_workers=num_workers > 0,
         pin_memory=pin_memory,
+        worker_nice=worker_nice,
     )
 
 

@@ -116,8 +116,8 @@ def _loaders(
         else:
             train = epoch_train_cuts(spec, recipe, sets, 0)
             sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
-        workers = recipe.batching.num_workers
-        train_loader = batch_loader(dataset, SkippingSampler(sampler), workers)
+        workers, nice = recipe.batching.num_workers, recipe.batching.worker_nice
+        train_loader = batch_loader(dataset, SkippingSampler(sampler), workers, worker_nice=nice)
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
         dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
@@ -157,7 +157,8 @@ def _shard_loader(
         max_cuts=spec.max_train_cuts,
         weights=weights,
     )
-    return ShardLoader(batches, num_workers=recipe.batching.num_workers)
+    b = recipe.batching
+    return ShardLoader(batches, num_workers=b.num_workers, worker_nice=b.worker_nice)
 
 
 def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spikes: bool) -> Any:

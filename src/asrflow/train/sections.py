@@ -198,6 +198,7 @@ OPERATIONAL_KEYS: frozenset[str] = frozenset(
     {
         # Lhotse's sampler runs in the main process; workers only load the audio of its batches
         "batching.num_workers",
+        "batching.worker_nice",
         # what the diagnostics decode, flag and warn about; never a gradient
         "diagnostics.num_decode_utterances",
         "diagnostics.spike_factor",

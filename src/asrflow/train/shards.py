@@ -262,9 +262,9 @@ class ShardLoader:
     run already trained on. The module calls :meth:`set_epoch` (Lightning's sampler hook does
     not reach an iterable dataset) and sets :attr:`skip`."""
 
-    def __init__(self, batches: ShardBatches, num_workers: int = 0) -> None:
+    def __init__(self, batches: ShardBatches, num_workers: int = 0, worker_nice: int = 0) -> None:
         self.batches = batches
-        self.loader = worker_loader(batches, num_workers)
+        self.loader = worker_loader(batches, num_workers, worker_nice=worker_nice)
         self.skip = 0
         self.world_size, self.rank = batches.world_size, batches.rank
         self.sampler = self  # the sharding this loader was built for (the module checks it)

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import torch
 from torch.utils.data import DataLoader
+from torch.utils.data._utils.collate import default_convert
+
+from asrflow.errors import AsrflowError
 
 WORKER_PRELOAD = ("asrflow.train.data", "asrflow.train.shards")
 """What the fork server imports once, so that each worker it forks starts in milliseconds."""
 
 
-def worker_loader(dataset: Any, num_workers: int, **kwargs: Any) -> DataLoader:
+def worker_loader(
+    dataset: Any, num_workers: int, *, worker_nice: int = 0, **kwargs: Any
+) -> DataLoader:
     """A DataLoader of whole batches (``batch_size=None``) whose workers start from a fork
     server, not as forks of the training process.
 
@@ -41,24 +49,113 @@ def worker_loader(dataset: Any, num_workers: int, **kwargs: Any) -> DataLoader:
     if num_workers > 0:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(list(WORKER_PRELOAD))
-    return WorkerLoader(
+    if num_workers > 0:
+        kwargs.setdefault("collate_fn", packed_convert)
+    loader = WorkerLoader(
         dataset,
         batch_size=None,
         num_workers=num_workers,
         multiprocessing_context=context,
         **kwargs,
     )
+    WorkerStart(worker_nice)  # checked now, not in the first worker
+    loader.worker_nice = worker_nice
+    return loader
 
 
 class WorkerLoader(DataLoader):
     """A DataLoader whose worker processes do not import ``__main__`` (see
     :func:`worker_loader`)."""
 
+    worker_nice: int = 0
+
     def __iter__(self) -> Any:
         if self.num_workers == 0:
             return super().__iter__()
-        with _main_unnamed():  # workers start (or, persistent, restart nothing) in here
-            return super().__iter__()
+        inner = self.worker_init_fn
+        if self.worker_nice:
+            self.worker_init_fn = WorkerStart(self.worker_nice, inner)
+        try:
+            with _main_unnamed():  # workers start (or, persistent, restart nothing) in here
+                batches = super().__iter__()
+        finally:
+            self.worker_init_fn = inner
+        return map(unpack, batches)
+
+
+class WorkerStart:
+    """A worker's ``worker_init_fn``: its CPU priority lowered by ``nice`` (``os.nice``), then
+    ``then`` (the loader's own ``worker_init_fn``, such as Lightning's worker seeding)."""
+
+    def __init__(self, nice: int, then: Any = None) -> None:
+        if not isinstance(nice, int) or isinstance(nice, bool) or not 0 <= nice <= 19:
+            raise AsrflowError(
+                f"batching.worker_nice must be an integer from 0 (the trainer's priority) to "
+                f"19 (the lowest), got {nice!r}"
+            )
+        self.nice, self.then = nice, then
+
+    def __call__(self, worker_id: int) -> None:
+        if self.nice:
+            os.nice(self.nice)
+        if self.then is not None:
+            self.then(worker_id)
+
+
+SMALL_TENSOR_BYTES = 64 * 1024
+"""Tensors up to this size cross from a worker as plain bytes (:func:`packed_convert`)."""
+
+
+class Packed:
+    """A small tensor's data on its way from a worker to the trainer, as a NumPy array."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Packed, (self.array,))
+
+
+def packed_convert(batch: Any) -> Any:
+    """What a worker hands back: the batch as ``default_convert`` leaves it (the collation of
+    ``batch_size=None``), each tensor of at most :data:`SMALL_TENSOR_BYTES` as :class:`Packed`.
+
+    PyTorch sends every tensor a worker returns through shared memory, one segment and one
+    file-descriptor hand-over per tensor; a hand-over costs ~0.5 ms of the trainer's time (a
+    socket connection with an authentication handshake, ``multiprocessing.resource_sharer``),
+    so the three small tensors of an asrflow batch (lengths and token IDs) cost more than its
+    audio. Pickled as bytes they cost microseconds; :func:`unpack` turns them back into tensors.
+    """
+    return _pack(default_convert(batch))
+
+
+def _pack(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        small = value.numel() * value.element_size() <= SMALL_TENSOR_BYTES
+        if small and value.layout == torch.strided and not value.requires_grad:
+            try:
+                return Packed(value.numpy())
+            except TypeError:  # no NumPy dtype (bfloat16): as a tensor
+                return value
+        return value
+    if isinstance(value, dict):
+        return {k: _pack(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and type(value) in (list, tuple):
+        return type(value)(_pack(v) for v in value)
+    return value
+
+
+def unpack(value: Any) -> Any:
+    """A batch from :func:`packed_convert` with its tensors back (sharing the arrays' memory)."""
+    if isinstance(value, Packed):
+        return torch.from_numpy(value.array)
+    if isinstance(value, dict):
+        return {k: unpack(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and type(value) in (list, tuple):
+        return type(value)(unpack(v) for v in value)
+    return value
 
 
 @contextlib.contextmanager
