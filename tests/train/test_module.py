@@ -71,10 +71,12 @@ def test_logged_grad_norm_is_the_total_norm_before_clipping(tmp_path, algorithm:
         assert torch.equal(after, before.clamp(-clip, clip))
 
 
-def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path):
+def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path, caplog):
     """metrics.csv (and TensorBoard) get one train row per optimizer step, at the step
-    Lightning's own logging used, with the learning rate of that step's update."""
+    Lightning's own logging used, with the learning rate of that step's update; without a live
+    progress bar nothing is self.log'ged per step, and the progress line shows the loss."""
     import csv
+    import logging
 
     from asrflow.train.recipe import load_recipe
     from asrflow.train.runner import train_run
@@ -82,10 +84,13 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path):
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
-    summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
+    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+        summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
     assert summary["status"] == "completed" and summary["steps"] == 4
     with open(tmp_path / "work/csv/metrics.csv", newline="", encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f) if r["train/loss"]]
+    last_line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")][-1]
+    assert last_line.startswith(f"step 4/4 (100%) loss {float(rows[-1]['train/loss']):.4f} ")
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
     keys = ("train/loss_per_token", "train/batch_tokens", "train/batch_utterances",
             "train/batch_audio_seconds", "train/padding_ratio", "train/grad_norm",
@@ -104,6 +109,7 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path):
     assert sorted((tmp_path / "work/tensorboard").glob("events.out.tfevents.*"))
     final = summary["final_metrics"]  # the last row and the last validation
     assert final["train/loss_per_token"] == pytest.approx(float(rows[-1]["train/loss_per_token"]))
+    assert final["train/loss"] == pytest.approx(float(rows[-1]["train/loss"]))
     assert {"train/grad_norm", "lr", "valid/loss", "valid/wer"} <= set(final)
 
 
@@ -126,9 +132,11 @@ def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
     assert float(loss) == 0.0 and logged == {}
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().sum()) == 0.0 for g in grads)
-    assert module._train_row is None  # no metrics row for a filler
+    assert module._train_row is None and module.step_loss is None  # no row, no loss shown
     real = module.training_step(batch, 0)
-    assert float(real) > 0.0 and "train/loss" in logged and module._train_row is not None
+    assert float(real) > 0.0 and module._train_row is not None
+    assert float(module.step_loss) == float(real)  # the progress line's loss
+    assert logged == {}  # no live progress bar (no Trainer here): nothing self.log'ged
 
 
 def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):

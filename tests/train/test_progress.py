@@ -113,3 +113,18 @@ def test_a_caller_may_still_choose_the_bar(tmp_path) -> None:
     out = tmp_path / "summary.json"
     summary = train_run(spec, tmp_path / "work", tmp_path / "out", out, enable_progress_bar=False)
     assert summary["status"] == "completed"
+
+
+def test_the_line_shows_the_modules_last_step_loss(caplog) -> None:
+    """AsrModule keeps its step's loss (``step_loss``) instead of self.log'ging it every step
+    (~1 ms a step in Lightning's result collection) when no live bar reads it."""
+    import torch
+
+    progress = LineProgress(every_seconds=0)
+    module = SimpleNamespace(step_loss=torch.tensor(0.25))
+    progress.on_train_start(trainer(0), module)
+    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+        progress.on_train_batch_end(trainer(1, **{"train/loss": 9.0}), module)
+        progress.on_train_batch_end(trainer(2, **{"train/loss": 9.0}), SimpleNamespace())
+    assert "step 1/100 (1%) loss 0.2500 " in caplog.messages[0]
+    assert "step 2/100 (2%) loss 9.0000 " in caplog.messages[1]  # another module: as logged

@@ -112,6 +112,8 @@ class AsrModule(L.LightningModule):
         self._train_row: dict[str, Any] | None = None  # this batch's metrics, logged at its end
         self.last_train_metrics: dict[str, float] = {}
         """The last row logged (rank 0): the run summary's final train figures."""
+        self.step_loss: torch.Tensor | None = None
+        """The loss optimized at the last training step."""
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
@@ -250,8 +252,10 @@ class AsrModule(L.LightningModule):
             global_num_tokens=global_tokens if mode == "token" else None,
         )
         loss_per_token = float(per_token(loss_utt.detach(), num_utts, num_tokens))
-        # for the progress bar and line only; the loggers get the row below
-        self.log("train/loss", loss, on_step=True, prog_bar=True, logger=False, batch_size=num_utts)
+        self.step_loss = loss.detach()  # what LineProgress shows; the loggers get the row below
+        if self._trainer is not None and self.trainer.progress_bar_callback is not None:
+            # the live bar reads only what was self.log'ged (~1 ms a step, so only for a bar)
+            self.log("train/loss", loss, prog_bar=True, logger=False, batch_size=num_utts)
         self._train_row = {
             "step": self.global_step,
             "train/loss": loss.detach(),

@@ -94,7 +94,10 @@ class LineProgress(Callback):
         self._last = now
         optimizers = getattr(trainer, "optimizers", None) or []
         lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
-        log.info("%s", self.line(step, max_steps, trainer.callback_metrics, lr))
+        metrics = dict(trainer.callback_metrics)
+        if getattr(pl_module, "step_loss", None) is not None:  # AsrModule's: not self.log'ged
+            metrics["train/loss"] = pl_module.step_loss
+        log.info("%s", self.line(step, max_steps, metrics, lr))
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.is_global_zero or trainer.sanity_checking:
