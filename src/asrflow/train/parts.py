@@ -200,12 +200,11 @@ def _checkpoint_callbacks(recipe: Recipe, work: Path) -> list[Any]:
 
 
 def _loggers(work: Path) -> list[Any]:
-    from lightning.pytorch.loggers import TensorBoardLogger
-
+    from asrflow.train.loggers import RowTensorBoardLogger
     from asrflow.train.resume import ResumableCSVLogger
 
     resuming = (work / CHECKPOINTS / LAST).is_file()
     return [
         ResumableCSVLogger(work, name="csv", version="", resuming=resuming),
-        TensorBoardLogger(work, name="tensorboard", version=""),
+        RowTensorBoardLogger(work, name="tensorboard", version=""),
     ]
