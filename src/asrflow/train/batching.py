@@ -70,11 +70,7 @@ class Batching:
             value = getattr(self, key)
             if not _integer(value) or value < 0:
                 raise AsrflowError(f"batching.{key} must be a non-negative integer, got {value!r}")
-        if not _integer(self.worker_nice) or not 0 <= self.worker_nice <= 19:
-            raise AsrflowError(
-                f"batching.worker_nice must be an integer from 0 (the trainer's priority) to 19 "
-                f"(the lowest), got {self.worker_nice!r}"
-            )
+        check_worker_nice(self.worker_nice)
 
     @classmethod
     def coerce(cls, batching: Batching | Mapping[str, Any] | Any) -> Batching:
@@ -99,6 +95,15 @@ class Batching:
 
 LOADER_KEYS = frozenset({"num_workers", "worker_nice"})
 """The settings of the DataLoader's workers, not of the sampler."""
+
+
+def check_worker_nice(nice: Any) -> None:
+    """Raise :class:`AsrflowError` unless ``nice`` is a ``batching.worker_nice`` (0-19)."""
+    if not _integer(nice) or not 0 <= nice <= 19:
+        raise AsrflowError(
+            f"batching.worker_nice must be an integer from 0 (the trainer's priority) to 19 "
+            f"(the lowest), got {nice!r}"
+        )
 
 
 def _positive(x: Any) -> bool:

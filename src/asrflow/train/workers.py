@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_convert
 
-from asrflow.errors import AsrflowError
+from asrflow.train.batching import check_worker_nice
 
 WORKER_PRELOAD = ("asrflow.train.data", "asrflow.train.shards")
 """What the fork server imports once, so that each worker it forks starts in milliseconds."""
@@ -98,11 +98,7 @@ class WorkerStart:
     ``then`` (the loader's own ``worker_init_fn``, such as Lightning's worker seeding)."""
 
     def __init__(self, nice: int, then: Any = None) -> None:
-        if not isinstance(nice, int) or isinstance(nice, bool) or not 0 <= nice <= 19:
-            raise AsrflowError(
-                f"batching.worker_nice must be an integer from 0 (the trainer's priority) to "
-                f"19 (the lowest), got {nice!r}"
-            )
+        check_worker_nice(nice)
         self.nice, self.then = nice, then
 
     def __call__(self, worker_id: int) -> None:
