@@ -128,3 +128,56 @@ def test_worker_start_refuses_what_nice_cannot_mean(nice):
 
     with pytest.raises(AsrflowError, match="worker_nice"):
         WorkerStart(nice)
+
+
+def draws_between_epochs(loader, epochs: int = 3) -> list[float]:
+    """What a model would draw from torch's global generator (dropout) after each epoch of
+    ``loader``, started from one seed: it moves with every draw the loader makes."""
+    torch.manual_seed(123)
+    drawn = []
+    for _ in range(epochs):
+        for _batch in loader:
+            pass
+        drawn.append(torch.rand(()).item())
+    return drawn
+
+
+def test_the_global_generator_moves_alike_with_any_number_of_workers():
+    from torch.utils.data import DataLoader
+
+    from asrflow.train.data import batch_loader
+
+    persistent = draws_between_epochs(batch_loader(Batches(), range(3), 1))
+    assert draws_between_epochs(batch_loader(Batches(), range(3), 0)) == persistent
+    restarting = worker_loader(Batches(), 1, sampler=range(3))  # the sharded loader's kind
+    assert draws_between_epochs(restarting) == persistent
+    # PyTorch's own in-process loader draws at every epoch: what the test guards against
+    plain = DataLoader(Batches(), batch_size=None, sampler=range(3))
+    assert draws_between_epochs(plain)[1:] != persistent[1:]
+
+
+def test_a_run_trains_the_same_weights_with_and_without_a_loader_worker(tmp_path):
+    """``batching.num_workers`` is an operational key: with dropout, validation and a second
+    epoch in the run, 0 workers and 1 give the same weights."""
+    import copy
+
+    from asrflow.checkpoints import read_training_checkpoint
+    from asrflow.train.runner import train_run
+    from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
+
+    weights = {}
+    for workers in (0, 1):
+        recipe = copy.deepcopy(TINY_RECIPE)
+        recipe["encoder_conf"].update(dropout_rate=0.3, attention_dropout_rate=0.3)
+        recipe["trainer"]["max_steps"] = 10  # over an epoch of the 12 train cuts
+        recipe["batching"]["num_workers"] = workers
+        root = tmp_path / f"w{workers}"
+        spec = make_tiny_run(root / "data", recipe)
+        summary = train_run(spec, root / "work", root / "out", root / "summary.json")
+        assert summary["status"] == "completed" and summary["steps"] == 10
+        ckpt = read_training_checkpoint(root / "out" / "checkpoints" / "last.ckpt")
+        assert ckpt["epoch"] >= 1  # a second epoch started: a second train iterator
+        weights[workers] = ckpt["state_dict"]
+    assert weights[0].keys() == weights[1].keys()
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key

@@ -75,11 +75,33 @@ def worker_loader(
 
 class WorkerLoader(DataLoader):
     """A DataLoader whose worker processes do not import ``__main__`` (see
-    :func:`worker_loader`)."""
+    :func:`worker_loader`), and whose iterators take from torch's global random generator once
+    in the loader's life, however many workers it has.
+
+    Each new DataLoader iterator draws its workers' base seed from the global generator
+    (``loader.generator`` is ``None``). With persistent workers that happens once, at the first
+    epoch; in the trainer (``num_workers: 0``), or with workers that restart every epoch (the
+    sharded loader's), at every epoch and every validation, which moves the generator and with
+    it every dropout mask drawn on the CPU after it: the demo trained to other weights with 0
+    workers than with 1 (dev loss 4.71 against 4.73 at step 300). So every iterator after the
+    first gives the generator's state back, and in the per-file path ``batching.num_workers``
+    cannot change the weights (tested), as :data:`asrflow.train.recipe.OPERATIONAL_KEYS` says.
+    """
 
     worker_nice: int = 0
+    _iterated: bool = False
 
     def __iter__(self) -> Any:
+        if not self._iterated:  # the one draw, where PyTorch's persistent workers make it
+            self._iterated = True
+            return self._iterator_of_batches()
+        state = torch.random.get_rng_state()
+        try:
+            return self._iterator_of_batches()
+        finally:
+            torch.random.set_rng_state(state)
+
+    def _iterator_of_batches(self) -> Any:
         if self.num_workers == 0:
             return super().__iter__()
         inner = self.worker_init_fn
