@@ -86,6 +86,9 @@ class WorkerLoader(DataLoader):
     workers than with 1 (dev loss 4.71 against 4.73 at step 300). So every iterator after the
     first gives the generator's state back, and in the per-file path ``batching.num_workers``
     cannot change the weights (tested), as :data:`asrflow.train.recipe.OPERATIONAL_KEYS` says.
+    The dev loader (always in the trainer) drew at every validation before too, so a run
+    trained before this change (bd5feb1) and the same run after it part after a validation
+    (the demo: the one at step 600).
     """
 
     worker_nice: int = 0
