@@ -159,20 +159,19 @@ def test_the_global_generator_moves_alike_with_any_number_of_workers():
 def test_a_run_trains_the_same_weights_with_and_without_a_loader_worker(tmp_path):
     """``batching.num_workers`` is an operational key: with dropout, validation and a second
     epoch in the run, 0 workers and 1 give the same weights."""
-    import copy
-
     from asrflow.checkpoints import read_training_checkpoint
     from asrflow.train.runner import train_run
-    from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
+    from tests.train.tiny_run import make_tiny_run
 
     weights = {}
     for workers in (0, 1):
-        recipe = copy.deepcopy(TINY_RECIPE)
-        recipe["encoder_conf"].update(dropout_rate=0.3, attention_dropout_rate=0.3)
-        recipe["trainer"]["max_steps"] = 10  # over an epoch of the 12 train cuts
-        recipe["batching"]["num_workers"] = workers
+        overrides = {
+            "encoder_conf": {"dropout_rate": 0.3, "attention_dropout_rate": 0.3},
+            "trainer": {"max_steps": 10},  # over an epoch of the 12 train cuts
+            "batching": {"num_workers": workers},
+        }
         root = tmp_path / f"w{workers}"
-        spec = make_tiny_run(root / "data", recipe)
+        spec = make_tiny_run(root / "data", overrides=overrides)
         summary = train_run(spec, root / "work", root / "out", root / "summary.json")
         assert summary["status"] == "completed" and summary["steps"] == 10
         ckpt = read_training_checkpoint(root / "out" / "checkpoints" / "last.ckpt")
