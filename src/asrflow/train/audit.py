@@ -279,12 +279,11 @@ def format_summary(report: Mapping[str, Any]) -> str:
         stats = report[key]
         cells = "".join(f"{fmt.format(stats[c]):>10}" for c in _COLUMNS)
         lines.append(f"{label:<24}{cells}{stats['cv']:>8.2f}")
-    if "padding_share" in report:
-        lines.append("")
-        lines.append(
-            f"padding, all batches together: {100 * report['padding_share']:.1f} % of the padded "
-            "audio (what the forward spends on it; batching.num_buckets lowers it)"
-        )
+    lines.append("")
+    lines.append(
+        f"padding, all batches together: {100 * report['padding_share']:.1f} % of the padded "
+        "audio (what the forward spends on it; batching.num_buckets lowers it)"
+    )
     return "\n".join(lines) + "\n"
 
 
