@@ -28,7 +28,10 @@ the mean is well above the median), audio seconds and utterances per step, paddi
 per wall second, and time per audio second against ESPnet2's. Then the ratios the issue sets
 goals for: asrflow <= 1.0x ESPnet2's time per audio second, and asrflow <= 1.05x the bare loop on
 the same batches (all timed steps; the median of the per-step ratios beside it); and the bare
-loop on the two batchings, which shows what padding costs.
+loop on the two batchings, which shows what padding costs. Each ratio is the median over the
+rounds of each round's ratio, printed with the rounds' range and in how many rounds its goal
+holds: the loops of one round run minutes apart, so the range shows the drift a ratio carries
+(more, shorter rounds, e.g. ``--rounds 8 --steps 75``, tell a loop's cost from drift better).
 
 ``--breakdown`` adds two asrflow loops on its preloaded batches (with everything; with no
 callbacks, loggers, the step's metrics row, diagnostics or ``self.log``), giving the cost of the
@@ -700,17 +703,35 @@ class Row:
             for a, b in zip(self.windows, other.windows, strict=True)
         )
 
-    def total_ratio(self, other: Row) -> float:
-        """This loop's time / the other's on the same steps (the median over the rounds)."""
-        return statistics.median(
+    def total_ratios(self, other: Row) -> list[float]:
+        """Round by round, this loop's time / the other's on the same steps."""
+        return [
             sum(a["seconds"]) / sum(b["seconds"])
             for a, b in zip(self.windows, other.windows, strict=True)
-        )
+        ]
+
+
+def ratios(a: list[float], b: list[float]) -> list[float]:
+    """Round by round ``a / b``."""
+    return [x / y for x, y in zip(a, b, strict=True)]
 
 
 def ratio(a: list[float], b: list[float]) -> float:
     """The median over the rounds of round by round ``a / b``."""
-    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+    return statistics.median(ratios(a, b))
+
+
+def spread(per_round: list[float], limit: float | None = None) -> str:
+    """The rounds' range and, against a goal, in how many rounds it holds: how far one run's
+    median can be trusted (a goal met by the median but not in most rounds is not reliably met).
+
+    >>> spread([1.02, 1.07, 1.04], 1.05)
+    'rounds 1.020-1.070x, 2 of 3 within the goal'
+    """
+    text = f"rounds {min(per_round):.3f}-{max(per_round):.3f}x"
+    if limit is not None:
+        text += f", {sum(r <= limit for r in per_round)} of {len(per_round)} within the goal"
+    return text
 
 
 def print_table(rows: list[Row], base: Row) -> None:
@@ -761,7 +782,9 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
     """The goals' ratios (medians over the rounds): time per audio second (all timed steps)
     and, on the same batches, the time of all timed steps (and the median of per-step ratios)."""
 
-    def line(what: str, value: float, note: str, limit: float | None = None) -> None:
+    def line(what: str, per_round: list[float], note: str, limit: float | None = None) -> None:
+        value = statistics.median(per_round)
+        note = f"{spread(per_round, limit)}; {note}"
         if limit is not None:
             met = "met" if value <= limit else "NOT met"
             note = f"goal <= {limit:.2f}x: {met}; {note}"
@@ -770,7 +793,7 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
     median = ratio(asrflow.seconds_per_audio_median(), espnet.seconds_per_audio_median())
     line(
         "asrflow / ESPnet2 trainer, time per audio second",
-        ratio(asrflow.seconds_per_audio(), espnet.seconds_per_audio()),
+        ratios(asrflow.seconds_per_audio(), espnet.seconds_per_audio()),
         f"from the median steps: {median:.3f}x",
         1.0,
     )
@@ -783,13 +806,13 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
         per_step = loop.paired(bare, lambda x, y: x / y)
         line(
             f"{name} / bare loop on the same batches",
-            loop.total_ratio(bare),
+            loop.total_ratios(bare),
             f"per step: median {per_step:.3f}x, {1000 * extra:+.1f} ms",
             limit,
         )
     line(
         "bare loop, asrflow's / ESPnet2's batches, per audio s",
-        ratio(bare_a.seconds_per_audio(), bare_e.seconds_per_audio()),
+        ratios(bare_a.seconds_per_audio(), bare_e.seconds_per_audio()),
         f"padding {100 * bare_a.padding:.1f} % vs {100 * bare_e.padding:.1f} %, "
         f"{statistics.fmean(bare_a.pooled('utts')):.1f} vs "
         f"{statistics.fmean(bare_e.pooled('utts')):.1f} utterances per batch",

@@ -6,12 +6,14 @@
 #   1. bench/rerun_speed.py  - hashing against sha256sum, the cached re-check, the no-op dry run
 #   2. bench/eval_speed.py   - asrflow's decoders against ESPnet's Speech2Text (beam 1 and 10)
 #   3. bench/espnet_speed.py - asrflow's training loop against ESPnet2's trainer and a bare loop
-#   4. bench/shard_speed.py  - training's loader on per-file WAVs against Lhotse Shar shards
+#   4. bench/padding_sweep.py - the padding of the train sampler's batches by bucket count
+#                              (no audio read; what padding costs a step: 3)
+#   5. bench/shard_speed.py  - training's loader on per-file WAVs against Lhotse Shar shards
 #                              (issue 16; makes its own corpus)
-#   5. bench/worker_start.py - what a loader worker costs the training step, by how it starts
+#   6. bench/worker_start.py - what a loader worker costs the training step, by how it starts
 #                              (fork server, as asrflow's, against a fork of the trainer)
 #
-# 2, 3 and 5 need the demo's data, tokenizer and exports (`uv run snakemake`, the README's main
+# 2-4 and 6 need the demo's data, tokenizer and exports (`uv run snakemake`, the README's main
 # command, makes them); each script says what is missing and which command makes it. Each runs
 # under a time limit, so that one failing stage leaves the others' figures. The GPU rows come from
 # bench/gpu_check.sh on a GPU machine. Figures are ratios measured in one process: these machines
@@ -50,6 +52,7 @@ run() {  # run NAME LIMIT_S SCRIPT ARGS...
 run rerun_speed "${RERUN_S:-1200}" bench/rerun_speed.py
 run eval_speed "${EVAL_S:-1200}" bench/eval_speed.py
 run espnet_speed "${TRAIN_S:-2400}" bench/espnet_speed.py
+run padding_sweep "${PADDING_S:-600}" bench/padding_sweep.py
 run shard_speed "${SHARD_S:-1800}" bench/shard_speed.py
 run worker_start "${WORKER_S:-1200}" bench/worker_start.py
 echo "== done in $(($(date +%s) - START)) s; tables in $SUMMARY" | tee -a "$SUMMARY"

@@ -83,7 +83,8 @@ def test_describe_matches_numpy():
 def test_batch_stats_padding_ratio():
     cuts = make_cuts(["a", "b", "c"], [1.0, 2.0, 4.0])
     stats = batch_stats(list(cuts), {"u000": 2, "u001": 3, "u002": 5})
-    assert stats == BatchStats(tokens=10, utterances=3, audio_seconds=7.0, padding_ratio=1 - 7 / 12)
+    assert stats == BatchStats(tokens=10, utterances=3, audio_seconds=7.0, padded_seconds=12.0)
+    assert stats.padding_ratio == pytest.approx(1 - 7 / 12)
 
 
 def test_stats_of_known_batches(tmp_path: Path):
@@ -164,7 +165,7 @@ def test_no_warning_when_tokens_are_even(tmp_path: Path):
 
 def test_summarize_threshold():
     def batches(tokens):
-        return [BatchStats(t, 4, 4.0, 0.0) for t in tokens]
+        return [BatchStats(t, 4, 4.0, 4.0) for t in tokens]
 
     assert summarize(batches([10, 10]), "utterance")["warnings"] == []
     assert summarize(batches([1, 9]), "utterance")["warnings"]  # cv = 0.8
@@ -207,3 +208,20 @@ def test_mismatched_token_list_fails_fast(tmp_path: Path):
     env.tokens.write_text("\n".join([*lines[:2], lines[3], lines[2], *lines[4:]]) + "\n")
     with pytest.raises(AsrflowError, match="tokenizer/token-list mismatch"):
         run(env, "token")
+
+
+def test_sampled_batches_are_the_audits_batches(tmp_path: Path):
+    # the batches padding_sweep.py reads are those the audit reports: 1 + 3 s and 4 + 4 s
+    from asrflow.train.audit import sampled_batches
+    from asrflow.train.batching import Batching
+
+    cuts = make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0])
+    settings = Batching(max_duration=8.0, num_buckets=2, shuffle=False)
+    batches, per_epoch, bins = sampled_batches(cuts, settings, {c.id: 1 for c in cuts}, epochs=2)
+    assert per_epoch == [2, 2]
+    assert len(bins) == 1
+    assert sorted((b.audio_seconds, b.padded_seconds) for b in batches[:2]) == [
+        (4.0, 6.0),
+        (8.0, 8.0),
+    ]
+    assert [b.tokens for b in batches] == [2, 2, 2, 2]

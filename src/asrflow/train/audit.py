@@ -8,7 +8,8 @@ coefficient of variation (population std / mean); and ``padding_share``, the pad
 batches together (``1 - audio seconds / padded seconds``, summed over the batches): what the
 model's forward spends on padding, which a batch-wise median hides (a few long, badly mixed
 batches pad the most). ``batching.num_buckets`` trades it against shuffling: on the demo corpus
-(first three epochs) 12.0 % at 10 buckets, 6.6 % at 20, 3.3 % at 30.
+(first three epochs) 12.0 % at 10 buckets, 6.6 % at 20, 3.3 % at 30 (``bench/padding_sweep.py``
+prints it by bucket count from :func:`sampled_batches`).
 
 Why tokens per batch matter: a loss summed over tokens, or averaged over utterances, gives a
 gradient that grows with the number of tokens in the batch. Duration-bucketed batches can vary
@@ -55,12 +56,13 @@ class BatchStats:
     tokens: int
     utterances: int
     audio_seconds: float
-    padding_ratio: float
+    padded_seconds: float
+    """Seconds the batch holds padded to its longest cut (longest x utterances)."""
 
     @property
-    def padded_seconds(self) -> float:
-        """Seconds of audio the batch holds padded to its longest cut."""
-        return self.audio_seconds / (1.0 - self.padding_ratio) if self.padding_ratio < 1 else 0.0
+    def padding_ratio(self) -> float:
+        """``1 - audio seconds / padded seconds``: the share of the padded batch that is padding."""
+        return 1.0 - self.audio_seconds / self.padded_seconds if self.padded_seconds > 0 else 0.0
 
 
 def describe(values: Sequence[float]) -> dict[str, float]:
@@ -116,15 +118,13 @@ class _RepeatedIds(dict):
 
 
 def batch_stats(batch: Sequence[Cut], tokens: Mapping[str, int]) -> BatchStats:
-    """Tokens, utterances, audio seconds and padding ratio of one batch of cuts."""
+    """Tokens, utterances, audio seconds and padded seconds of one batch of cuts."""
     durations = [float(c.duration) for c in batch]
-    longest = max(durations)
-    total = sum(durations)
     return BatchStats(
         tokens=sum(tokens[c.id] for c in batch),
         utterances=len(durations),
-        audio_seconds=total,
-        padding_ratio=1.0 - total / (longest * len(durations)) if longest > 0 else 0.0,
+        audio_seconds=sum(durations),
+        padded_seconds=max(durations) * len(durations),
     )
 
 
@@ -154,7 +154,7 @@ def summarize(
 def padding_share(batches: Sequence[BatchStats]) -> float:
     """The padding of all ``batches`` together: ``1 - audio seconds / padded seconds``.
 
-    >>> padding_share([BatchStats(1, 1, 4.0, 0.0), BatchStats(2, 2, 3.0, 0.25)])
+    >>> padding_share([BatchStats(1, 1, 4.0, 4.0), BatchStats(2, 2, 3.0, 4.0)])
     0.125
     """
     padded = sum(b.padded_seconds for b in batches)
@@ -172,6 +172,32 @@ def _warnings(report: Mapping[str, Any]) -> list[str]:
         f"batch; with CV={cv:.2f} the effective learning rate swings by about {cv:.0%} "
         "(one standard deviation) from batch to batch; set loss.normalization: token"
     ]
+
+
+def sampled_batches(
+    cuts: Any,
+    settings: Batching,
+    tokens: Mapping[str, int],
+    epochs: int,
+    shard_batches: Callable[[int, list[float]], Iterable[Any]] | None = None,
+) -> tuple[list[BatchStats], list[int], list[float]]:
+    """The batches the train sampler makes of ``cuts`` over ``epochs`` epochs, without audio:
+    their :class:`BatchStats`, the number per epoch and the sampler's estimated duration bins.
+    One process, the whole stream: what every rank together sees in an epoch. ``tokens``: per
+    cut ID (:func:`token_counts`); ``shard_batches`` as in :func:`audit_batches`."""
+    sampler = make_sampler(cuts, settings, world_size=1, rank=0)
+    batches: list[BatchStats] = []
+    per_epoch: list[int] = []
+    bins = [float(b) for b in sampler.duration_bins]
+    if shard_batches is not None:
+        tokens = _RepeatedIds(tokens)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        stream = sampler if shard_batches is None else shard_batches(epoch, bins)
+        before = len(batches)
+        batches.extend(batch_stats(list(batch), tokens) for batch in stream)
+        per_epoch.append(len(batches) - before)
+    return batches, per_epoch, bins
 
 
 def audit_batches(
@@ -206,27 +232,14 @@ def audit_batches(
     if not tokens:
         raise AsrflowError(f"{cuts_path}: no train cuts to audit")
 
-    # One process, the whole stream: what every rank together sees in an epoch.
-    sampler = make_sampler(cuts, settings, world_size=1, rank=0)
-    batches: list[BatchStats] = []
-    per_epoch: list[int] = []
-    bins = [float(b) for b in sampler.duration_bins]
-    if shard_batches is not None:
-        tokens = _RepeatedIds(tokens)
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        stream = sampler if shard_batches is None else shard_batches(epoch, bins)
-        before = len(batches)
-        batches.extend(batch_stats(list(batch), tokens) for batch in stream)
-        per_epoch.append(len(batches) - before)
-
+    batches, per_epoch, bins = sampled_batches(cuts, settings, tokens, epochs, shard_batches)
     report = summarize(batches, loss_normalization, epochs=epochs)
     report["num_cuts"] = len(cuts)
     report["batches_per_epoch"] = per_epoch
     report["batching"] = settings.sampler_kwargs()
     report["source"] = "files" if shard_batches is None else "shards"
     # Lhotse may estimate fewer bins than asked for on small or uniform data.
-    report["duration_bins"] = [round(float(b), 3) for b in sampler.duration_bins]
+    report["duration_bins"] = [round(b, 3) for b in bins]
     report["normalization_sha256"] = normalization.sha256()
 
     for warning in report["warnings"]:

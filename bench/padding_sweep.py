@@ -1,0 +1,126 @@
+"""Benchmark: how much of the forward's input is padding, by ``batching.num_buckets``.
+
+Runs the recipe's train sampler (:func:`asrflow.train.audit.sampled_batches`, what the batch
+audit and ``rule train`` draw) over the train cuts for ``--epochs`` epochs at each bucket count,
+without reading audio, and prints per count: the duration bins Lhotse estimated, batches per
+epoch, audio seconds per batch, ``padding_share`` (the padding of all batches together: the share
+of the padded audio that the forward spends on padding, as the batch audit reports it), the
+per-batch median padding ratio and the widest bucket. The time a step spends on padding grows
+with ``padding_share`` (``bench/espnet_speed.py`` measures it as the bare loop on asrflow's
+batches against ESPnet2's length-sorted ones).
+
+What this cannot say: what the bucket count does to accuracy. More buckets mix less (each batch
+holds cuts of one narrow duration range), so the batches change and with them the trained
+weights; judge that on dev WER with seed replicas (``runs.<run>.seeds``, README "Seed
+replicas"), not on one run each. Deterministic: the same cuts, recipe and seed give the same
+table on any machine::
+
+    uv run python bench/padding_sweep.py [--buckets 10,20,30] [--epochs 3] [--set KEY=VALUE]
+
+Needs the demo's filtered train cuts (see ``bench/espnet_speed.py``; ``--train`` and
+``--recipe`` name others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import itertools
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from asrflow import layout
+from asrflow.train.mappings import deep_merge
+from asrflow.train.recipe import load_recipe
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = "config/recipes/demo_conformer.yaml"
+
+
+def overrides_of(items: list[str]) -> dict[str, Any]:
+    """``["batching.seed=1"]`` -> ``{"batching": {"seed": 1}}`` (values parsed as YAML)."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        nested: Any = yaml.safe_load(value)
+        for part in reversed(key.split(".")):
+            nested = {part: nested}
+        overrides = deep_merge(overrides, nested)
+    return overrides
+
+
+def sweep_row(cuts: Any, batching: Any, epochs: int) -> dict[str, Any]:
+    """One bucket count's figures (see the module docstring)."""
+    from asrflow.train.audit import padding_share, sampled_batches
+
+    no_tokens: dict[str, int] = collections.defaultdict(int)  # padding needs no transcript
+    batches, per_epoch, bins = sampled_batches(cuts, batching, no_tokens, epochs)
+    durations = [float(c.duration) for c in cuts]
+    edges = [min(durations), *bins, max(durations)]
+    widest = max(itertools.pairwise(edges), key=lambda e: e[1] - e[0])
+    return {
+        "buckets": batching.num_buckets,
+        "bins": len(bins) + 1,
+        "batches": statistics.fmean(per_epoch),
+        "audio": statistics.fmean(b.audio_seconds for b in batches),
+        "share": padding_share(batches),
+        "median": statistics.median(b.padding_ratio for b in batches),
+        "widest": widest,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", default=str(REPO / RECIPE))
+    parser.add_argument("--train", default=str(REPO / layout.filtered("demo", "train")))
+    parser.add_argument("--buckets", default="10,15,20,30,40,60", help="comma-separated counts")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs sampled per count")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--quick", action="store_true", help="one epoch (bench/run_all.sh)")
+    args = parser.parse_args()
+    if not Path(args.train).is_file():
+        sys.exit(
+            f"padding_sweep: {args.train} is missing. Make the demo's filtered cuts first "
+            f"(rule filter_split; or the whole demo: uv run snakemake):\n"
+            f"    uv run snakemake {layout.filtered('demo', 'train')}\nor pass --train."
+        )
+    from asrflow.data.cuts import load_cuts
+
+    recipe = load_recipe(args.recipe, overrides_of(args.set))
+    cuts = load_cuts(args.train)
+    counts = [int(n) for n in args.buckets.split(",")]
+    epochs = 1 if args.quick else args.epochs
+    b = recipe.batching
+    print(
+        f"bench/padding_sweep.py: {Path(args.recipe).name}, {len(cuts)} train cuts "
+        f"({sum(float(c.duration) for c in cuts) / 3600:.2f} h), max_duration {b.max_duration:g} "
+        f"s, seed {b.seed}, {epochs} epoch(s) sampled per bucket count; no audio read"
+    )
+    head = (
+        f"{'buckets':>8}{'bins':>6}{'batches/epoch':>15}{'audio s/batch':>15}"
+        f"{'padding_share':>15}{'median batch':>14}  widest bucket"
+    )
+    print(head)
+    print("-" * (len(head) + 14))
+    for n in counts:
+        r = sweep_row(cuts, dataclasses.replace(b, num_buckets=n), epochs)
+        lo, hi = r["widest"]
+        mark = "  (the recipe's)" if n == b.num_buckets else ""
+        print(
+            f"{r['buckets']:>8}{r['bins']:>6}{r['batches']:>15.1f}{r['audio']:>15.2f}"
+            f"{100 * r['share']:>14.1f}%{100 * r['median']:>13.1f}%  {lo:.2f}-{hi:.2f} s{mark}"
+        )
+    print(
+        "padding_share: 1 - audio / padded audio over all batches (what the forward spends on "
+        "padding); median batch: the median of the per-batch padding ratios; bins: what Lhotse "
+        "estimated (fewer than asked on small or uniform data). Accuracy: see the docstring."
+    )
+
+
+if __name__ == "__main__":
+    main()
