@@ -87,7 +87,7 @@ import torch
 import yaml
 
 from asrflow import layout
-from asrflow.train.mappings import deep_merge
+from asrflow.train.mappings import dotted_overrides
 from asrflow.train.recipe import Recipe, load_recipe, scaled_lr
 from asrflow.train.spec import RunSpec
 
@@ -1003,13 +1003,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     from asrflow.train.parts import load_train_cuts
 
     started, load_before = datetime.datetime.now().astimezone(), load()
-    overrides: dict[str, Any] = {}
-    for item in args.set:  # e.g. batching.num_buckets=30
-        key, _, value = item.partition("=")
-        nested: Any = yaml.safe_load(value)
-        for part in reversed(key.split(".")):
-            nested = {part: nested}
-        overrides = deep_merge(overrides, nested)
+    overrides = dotted_overrides(args.set)  # e.g. batching.num_buckets=30
     recipe = load_recipe(inputs["recipe"], overrides)
     spec = RunSpec(
         name="espnet_speed",

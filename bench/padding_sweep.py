@@ -32,26 +32,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from asrflow import layout
-from asrflow.train.mappings import deep_merge
+from asrflow.train.mappings import dotted_overrides
 from asrflow.train.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = "config/recipes/demo_conformer.yaml"
-
-
-def overrides_of(items: list[str]) -> dict[str, Any]:
-    """``["batching.seed=1"]`` -> ``{"batching": {"seed": 1}}`` (values parsed as YAML)."""
-    overrides: dict[str, Any] = {}
-    for item in items:
-        key, _, value = item.partition("=")
-        nested: Any = yaml.safe_load(value)
-        for part in reversed(key.split(".")):
-            nested = {part: nested}
-        overrides = deep_merge(overrides, nested)
-    return overrides
 
 
 def sweep_row(cuts: Any, batching: Any, epochs: int) -> dict[str, Any]:
@@ -91,7 +77,7 @@ def main() -> None:
         )
     from asrflow.data.cuts import load_cuts
 
-    recipe = load_recipe(args.recipe, overrides_of(args.set))
+    recipe = load_recipe(args.recipe, dotted_overrides(args.set))
     cuts = load_cuts(args.train)
     counts = [int(n) for n in args.buckets.split(",")]
     epochs = 1 if args.quick else args.epochs

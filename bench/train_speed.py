@@ -27,21 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from asrflow.train.mappings import deep_merge
+from asrflow.train.mappings import deep_merge, dotted_overrides
 from asrflow.train.parts import build_trainer_parts
 from asrflow.train.recipe import load_recipe
 from asrflow.train.spec import RunSpec
 
 NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}
-
-
-def _nested(key: str, value: Any) -> dict[str, Any]:
-    out: Any = value
-    for part in reversed(key.split(".")):
-        out = {part: out}
-    return out
 
 
 class StepTimer:
@@ -119,10 +111,7 @@ def main() -> None:
     if args.steps <= args.warmup:
         parser.error("--steps must be larger than --warmup")
     torch.set_num_threads(args.threads)
-    overrides: dict[str, Any] = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        overrides = deep_merge(overrides, _nested(key, yaml.safe_load(value)))
+    overrides = dotted_overrides(args.set)
     tok = Path(args.tokenizer)
     spec = RunSpec(
         name="bench",

@@ -10,7 +10,7 @@ import yaml
 
 from asrflow.errors import AsrflowError
 from asrflow.train.batching import Batching
-from asrflow.train.mappings import deep_merge
+from asrflow.train.mappings import deep_merge, dotted_overrides
 from asrflow.train.recipe import (
     check_recipe,
     effective_batch_seconds,
@@ -282,3 +282,18 @@ def test_a100_recipe_builds_a_hybrid_conformer(tmp_path):
     assert model.ctc_weight == 0.3
     assert len(model.encoder.encoders) == 12 and len(model.decoder.decoders) == 6
     assert 25_000_000 < num_parameters(model) < 35_000_000
+
+
+def test_dotted_overrides_nest_parse_and_merge() -> None:
+    assert dotted_overrides(["batching.num_buckets=30", "batching.seed=1", "trainer.seed=2"]) == {
+        "batching": {"num_buckets": 30, "seed": 1},
+        "trainer": {"seed": 2},
+    }
+    assert dotted_overrides(["loss.normalization=token", "batching.shuffle=false"]) == {
+        "loss": {"normalization": "token"},
+        "batching": {"shuffle": False},
+    }
+    assert dotted_overrides(["trainer.seed=1", "trainer.seed=3"]) == {"trainer": {"seed": 3}}
+    for bad in ["batching.num_buckets", "=3", "batching..seed=1"]:
+        with pytest.raises(AsrflowError, match=r"expected section\.key=value"):
+            dotted_overrides([bad])
