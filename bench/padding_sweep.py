@@ -40,14 +40,14 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPE = "config/recipes/demo_conformer.yaml"
 
 
-def sweep_row(cuts: Any, batching: Any, epochs: int) -> dict[str, Any]:
-    """One bucket count's figures (see the module docstring)."""
+def sweep_row(cuts: Any, span: tuple[float, float], batching: Any, epochs: int) -> dict[str, Any]:
+    """One bucket count's figures (see the module docstring); ``span``: the shortest and the
+    longest cut's duration (the outer edges of the buckets)."""
     from asrflow.train.audit import padding_share, sampled_batches
 
     no_tokens: dict[str, int] = collections.defaultdict(int)  # padding needs no transcript
     batches, per_epoch, bins = sampled_batches(cuts, batching, no_tokens, epochs)
-    durations = [float(c.duration) for c in cuts]
-    edges = [min(durations), *bins, max(durations)]
+    edges = [span[0], *bins, span[1]]
     widest = max(itertools.pairwise(edges), key=lambda e: e[1] - e[0])
     return {
         "buckets": batching.num_buckets,
@@ -79,12 +79,14 @@ def main() -> None:
 
     recipe = load_recipe(args.recipe, dotted_overrides(args.set))
     cuts = load_cuts(args.train)
+    durations = [float(c.duration) for c in cuts]
+    span = (min(durations), max(durations))
     counts = [int(n) for n in args.buckets.split(",")]
     epochs = 1 if args.quick else args.epochs
     b = recipe.batching
     print(
         f"bench/padding_sweep.py: {Path(args.recipe).name}, {len(cuts)} train cuts "
-        f"({sum(float(c.duration) for c in cuts) / 3600:.2f} h), max_duration {b.max_duration:g} "
+        f"({sum(durations) / 3600:.2f} h), max_duration {b.max_duration:g} "
         f"s, seed {b.seed}, {epochs} epoch(s) sampled per bucket count; no audio read"
     )
     head = (
@@ -94,7 +96,7 @@ def main() -> None:
     print(head)
     print("-" * (len(head) + 14))
     for n in counts:
-        r = sweep_row(cuts, dataclasses.replace(b, num_buckets=n), epochs)
+        r = sweep_row(cuts, span, dataclasses.replace(b, num_buckets=n), epochs)
         lo, hi = r["widest"]
         mark = "  (the recipe's)" if n == b.num_buckets else ""
         print(

@@ -46,18 +46,10 @@ def test_run_all_names_only_scripts_that_exist() -> None:
 
 def test_padding_sweep_prints_the_padding_of_known_batches(tmp_path: Path) -> None:
     # 1 + 3 s padded to 6 s and 4 + 4 s: 2 of 14 padded seconds are padding (14.3 %)
-    from lhotse import CutSet
+    from asrflow.data.cuts import save_cuts
+    from tests.train.test_audit import make_cuts
 
-    from asrflow.data.cuts import make_cut, save_cuts
-
-    cuts = CutSet.from_cuts(
-        make_cut(
-            utt_id=f"u{i}", audio=f"/nonexistent/u{i}.wav", sampling_rate=16000,
-            num_samples=round(d * 16000), duration=d, text="ab",
-        )
-        for i, d in enumerate([1.0, 3.0, 4.0, 4.0])
-    )  # fmt: skip
-    save_cuts(cuts, tmp_path / "train.jsonl.gz")
+    save_cuts(make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0]), tmp_path / "train.jsonl.gz")
     proc = subprocess.run(
         [
             sys.executable, str(REPO / "bench/padding_sweep.py"),
