@@ -89,6 +89,10 @@ def test_the_audit_the_smoke_run_and_training_read_the_shards(replicated):
             "results/data/tiny/shards/train": sha256_file(shards / "shards.json")
         }
         assert summary["num_train_cuts"] == index["num_cuts"]
+        # on shards the workers deal them: a setting of the recipe the summary names
+        assert summary["recipe_settings"]["batching"]["num_workers"] == 2
+        identity = json.loads((workdir / f"results/work/{run}/identity.json").read_text())
+        assert identity["shard_sizes"] == {"results/data/tiny/shards/train": 6}
         audit = json.loads((workdir / f"results/runs/{run}/audit/batches.json").read_text())
         assert audit["source"] == "shards" and audit["num_cuts"] == index["num_cuts"]
         smoke = json.loads((workdir / f"results/runs/{run}/smoke/summary.json").read_text())

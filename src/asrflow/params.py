@@ -8,12 +8,14 @@ plain Python values (``snakemake.persistence``: a param that is not a builtin is
 comparison), so changing them reruns nothing, while the script reads them like any mapping and
 the provenance record still lists them.
 
-Operational params, rule by rule (``tests/test_rerun.py`` checks that they rerun nothing):
+Operational params, rule by rule (``tests/test_training_e2e.py`` checks that they rerun nothing):
 
 - ``evaluate``: ``evaluation.device``, ``evaluation.batch_seconds`` (and ``evaluation.resources``,
   which are Snakemake resources, never params);
 - ``audit_batches``, ``smoke_train``, ``train``: the recipe's
-  :data:`~asrflow.train.recipe.OPERATIONAL_KEYS` (loader workers, diagnostics);
+  :data:`~asrflow.train.recipe.OPERATIONAL_KEYS` (loader workers, diagnostics; on a run that
+  trains from shards the loader workers are settings:
+  :data:`~asrflow.train.recipe.SHARD_DEALING_KEYS`);
 - every rule: ``threads`` and ``resources`` (never params).
 
 Also here, because comparing settings is needed on both sides of the training stack (the stale

@@ -27,6 +27,7 @@ from asrflow.layout import (
     run,
     run_corpora,
     run_dev_corpus,
+    sharded_corpora,
 )
 from asrflow.params import Operational
 from asrflow.train.recipe import load_recipe
@@ -99,6 +100,15 @@ def frontend_rates(config: Config, corpus: str) -> Operational:
     return Operational(rates)
 
 
+def trains_from_shards(config: Config, name: str) -> bool:
+    """Whether run ``name`` reads its train audio from shards (its corpora have ``shards:``;
+    :func:`asrflow.train.shards.run_shards` refuses a run that shards only some of them). Its
+    loader workers then deal the shards, so their number is a weight-changing setting
+    (:data:`~asrflow.train.recipe.SHARD_DEALING_KEYS`)."""
+    sharded = set(sharded_corpora(config))
+    return any(corpus in sharded for corpus in run_corpora(config, name))
+
+
 def recipe_params(
     config: Config, name: str, *, smoke: bool = False, sections: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
@@ -106,9 +116,12 @@ def recipe_params(
     settings that can change the weights (``settings``: comments, key order and spelling of the
     YAML never rerun a job), the others as :class:`~asrflow.params.Operational` (``operational``:
     a change reruns nothing) and the recipe's name (``name``). ``sections``: only these
-    top-level sections (a rule that reads no more, such as the batch audit)."""
+    top-level sections (a rule that reads no more, such as the batch audit). On a run that
+    trains from shards the loader workers are settings (:func:`trains_from_shards`)."""
     recipe = run_recipe(config, name, smoke=smoke)
-    settings, operational = recipe.identity(), recipe.operational()
+    sharded = trains_from_shards(config, name)
+    settings = recipe.identity(sharded=sharded)
+    operational = recipe.operational(sharded=sharded)
     if sections is not None:
         settings = {k: v for k, v in settings.items() if k in sections}
         operational = {k: v for k, v in operational.items() if k in sections}

@@ -106,6 +106,50 @@ def test_the_workers_priority_is_operational(tmp_path):
     assert eager.operational()["batching"] == {"num_workers": 1, "worker_nice": 0}
 
 
+def test_on_a_sharded_run_the_loader_workers_are_a_setting(tmp_path):
+    """On shards each loader worker batches its own share of them (asrflow.train.shards), so
+    their number changes the batches: part of a sharded run's recipe identity and hash, not of
+    its operational settings; on per-file corpora it stays operational. Either way the two
+    halves hold every setting once."""
+    one = recipe_from_dict({**MODEL, "batching": {"num_workers": 1}})
+    two = recipe_from_dict({**MODEL, "batching": {"num_workers": 2}})
+    assert one.identity_sha256() == two.identity_sha256()
+    assert one.identity_sha256(sharded=True) != two.identity_sha256(sharded=True)
+    assert one.identity(sharded=True)["batching"]["num_workers"] == 1
+    assert "num_workers" not in one.identity()["batching"]
+    assert one.operational(sharded=True)["batching"] == {"worker_nice": 19}
+    assert one.operational(sharded=True)["diagnostics"] == one.operational()["diagnostics"]
+    for sharded in (False, True):
+        whole = deep_merge(one.identity(sharded=sharded), one.operational(sharded=sharded))
+        assert recipe_from_dict(whole) == one
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_the_train_rules_params_follow_whether_the_run_reads_shards(monkeypatch, sharded):
+    """What rule train (and the batch audit) is given: on a sharded corpus a change of
+    batching.num_workers reruns them (its settings changed), on a per-file one it does not."""
+    from asrflow import runs
+    from asrflow.settings import with_defaults
+    from asrflow.train.recipe import AUDIT_SECTIONS
+    from tests.e2e import REPO
+
+    monkeypatch.chdir(REPO)  # the recipe is read from config/recipes/
+    corpus = {"source": "synthetic", **({"shards": {"shard_size": 50}} if sharded else {})}
+    run = {"corpora": ["c"], "tokenizer": "t", "recipe": "demo_conformer"}
+    config = with_defaults(
+        {
+            "corpora": {"c": corpus},
+            "runs": {"r": run, "w": {**run, "overrides": {"batching": {"num_workers": 2}}}},
+        }
+    )
+    assert runs.trains_from_shards(config, "r") is sharded
+    for sections in (None, AUDIT_SECTIONS):
+        r, w = (runs.recipe_params(config, n, sections=sections) for n in ("r", "w"))
+        assert (r["settings"] != w["settings"]) is sharded
+        assert (r["operational"] != w["operational"]) is not sharded
+        assert r["operational"]["batching"]["worker_nice"] == 19
+
+
 def test_yaml_int_precision_and_float_fields(tmp_path):
     r = load_recipe(
         write(

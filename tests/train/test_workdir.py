@@ -128,3 +128,41 @@ def test_the_identity_covers_the_corpus_weights_and_every_weight_changing_recipe
     assert same != run_identity(hashes, recipe, None, None)
     seeded = recipe_from_dict({**TINY_RECIPE, "trainer": {**TINY_RECIPE["trainer"], "seed": 1}})
     assert same != run_identity(hashes, seeded, None, [1.0, 3.0])
+
+
+def test_a_sharded_run_is_another_run_with_other_loader_workers_or_shard_size(tmp_path, caplog):
+    """On shards each loader worker batches its own share (asrflow.train.shards), and the shard
+    size groups the cuts: either changes the batches, so either starts the run anew under
+    another identity (before, both resumed and the summary claimed the new setting for weights
+    trained under the old). Rewriting the shards as wav (the same samples) and an operational
+    key that stays one (diagnostics) resume."""
+    from asrflow.data.shards import ShardSettings, write_shards
+
+    spec = make_tiny_run(tmp_path / "data")
+    shards = tmp_path / "shards"
+    write_shards(spec.train_cuts[0], shards, ShardSettings(shard_size=3))
+    spec = dataclasses.replace(spec, train_shards=[str(shards)])
+    first = _train(spec, tmp_path)
+    assert first["recipe_settings"]["batching"]["num_workers"] == 0
+
+    write_shards(spec.train_cuts[0], shards, ShardSettings(shard_size=3, audio_format="wav"))
+    again = _train(spec, tmp_path, diagnostics={"num_decode_utterances": 1})
+    assert (
+        again["resumed_from"] is not None and again["hashes"]["recipe"] == first["hashes"]["recipe"]
+    )
+    assert not list(tmp_path.glob("work.stale-*"))
+
+    two = {"batching": {**TINY_RECIPE["batching"], "num_workers": 2}}
+    with caplog.at_level("WARNING", logger="asrflow.train.workdir"):
+        workers = _train(spec, tmp_path, **two)
+    assert workers["resumed_from"] is None and workers["steps"] == 4
+    assert "recipe batching.num_workers: 0 -> 2" in caplog.text
+    assert workers["hashes"]["recipe"] != first["hashes"]["recipe"]
+    assert workers["recipe_settings"]["batching"]["num_workers"] == 2
+    assert workers["final_metrics"] != first["final_metrics"]  # other batches, other weights
+
+    write_shards(spec.train_cuts[0], shards, ShardSettings(shard_size=2))
+    with caplog.at_level("WARNING", logger="asrflow.train.workdir"):
+        resized = _train(spec, tmp_path, **two)
+    assert resized["resumed_from"] is None and "shard_sizes" in caplog.text
+    assert len(list(tmp_path.glob("work.stale-*"))) == 2

@@ -26,7 +26,8 @@ class Batching:
       seconds, which evens out memory for attention models (15-40 for transformers);
     - ``shuffle``/``seed``: reservoir shuffling, reproducible per seed and epoch;
     - ``num_workers``: DataLoader processes that load the audio of the sampler's batches (the
-      sampler itself runs in the main process); not a sampler argument;
+      sampler itself runs in the main process); not a sampler argument; on sharded corpora
+      each worker batches its own share of the shards, so there it changes the batches;
     - ``worker_nice``: how much lower the workers' CPU priority is than the trainer's (0-19, as
       ``nice``); the workers then load in the time the trainer leaves a core idle instead of
       taking it from the training step (:mod:`asrflow.train.workers`); not a sampler argument;

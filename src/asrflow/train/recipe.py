@@ -34,7 +34,13 @@ import yaml
 from asrflow.errors import AsrflowError
 from asrflow.train.mappings import deep_merge
 from asrflow.train.recipe_checks import check_recipe, recipe_from_dict
-from asrflow.train.sections import OPERATIONAL_KEYS, Recipe, warmup_steps
+from asrflow.train.sections import (
+    OPERATIONAL_KEYS,
+    SHARD_DEALING_KEYS,
+    Recipe,
+    operational_keys,
+    warmup_steps,
+)
 from asrflow.types import Pathlike, Seconds
 
 # the public entry for a recipe as a whole; its sections, checks and dict helpers live in
@@ -42,10 +48,12 @@ from asrflow.types import Pathlike, Seconds
 __all__ = [
     "AUDIT_SECTIONS",
     "OPERATIONAL_KEYS",
+    "SHARD_DEALING_KEYS",
     "Recipe",
     "check_recipe",
     "effective_batch_seconds",
     "load_recipe",
+    "operational_keys",
     "read_recipe_yaml",
     "recipe_from_dict",
     "recipe_sections",

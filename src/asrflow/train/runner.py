@@ -40,6 +40,7 @@ import torch
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.shards import INDEX as SHARD_INDEX
+from asrflow.data.shards import read_index
 from asrflow.hashing import sha256_file
 from asrflow.ranks import launched_rank
 from asrflow.text import TextNormalization
@@ -63,10 +64,15 @@ def _hashes(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
         "dev_cuts": sha256_file(spec.dev_cuts),
         "bpe_model": sha256_file(spec.bpe_model),
         "tokens": sha256_file(spec.tokens),
-        "recipe": recipe.identity_sha256(),
+        "recipe": recipe.identity_sha256(sharded=bool(spec.train_shards)),
         "normalization": TextNormalization.from_dict(spec.normalization).sha256(),
         "start_weights": None,
     }
+
+
+def _shard_sizes(spec: RunSpec) -> dict[str, int]:
+    """``shard_size`` of each train shard directory of a sharded run (empty for per-file ones)."""
+    return {str(p): int(read_index(p)["shard_size"]) for p in spec.train_shards}
 
 
 def _log_cluster(name: str, cluster: ClusterInfo, kwargs: Mapping[str, Any]) -> None:
@@ -154,7 +160,7 @@ def _first_summary(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
         "status": "running",
         "failure": None,
         "recipe": spec.recipe_name or str(spec.recipe),
-        "recipe_settings": recipe.identity(),
+        "recipe_settings": recipe.identity(sharded=bool(spec.train_shards)),
         "overrides": dict(spec.overrides),
         "update_budget": update_budget(recipe),
         "effective_batch_seconds": effective_batch_seconds(recipe),
@@ -193,9 +199,10 @@ def train_run(
     summary = _first_summary(spec, recipe)
     # the same rank the job's Step used: a rank Lightning starts runs this function again
     rank = launched_rank()
-    claim_work_dir(
-        work, run_identity(summary["hashes"], recipe, spec.init, spec.train_weights), rank=rank
+    identity = run_identity(
+        summary["hashes"], recipe, spec.init, spec.train_weights, _shard_sizes(spec)
     )
+    claim_work_dir(work, identity, rank=rank)
     started = time.time()
     last = work / CHECKPOINTS / LAST
     resume = resume_checkpoint(work / CHECKPOINTS, LAST)  # a damaged one is restored first

@@ -174,29 +174,32 @@ class Recipe:
         """Hex SHA-256 of the canonical JSON of :meth:`to_dict` (sorted keys, compact)."""
         return sha256_json(self.to_dict())
 
-    def identity(self) -> dict[str, Any]:
-        """What the trained weights depend on: :meth:`to_dict` without
-        :data:`OPERATIONAL_KEYS`, keys sorted at every level (a canonical form: comments, key
-        order and number spelling of the YAML never show)."""
-        return canonical(without_keys(self.to_dict(), OPERATIONAL_KEYS))
+    def identity(self, *, sharded: bool = False) -> dict[str, Any]:
+        """What the trained weights depend on: :meth:`to_dict` without the operational keys
+        (:func:`operational_keys`: on a run that trains from shards, ``sharded``, the loader
+        workers count), keys sorted at every level (a canonical form: comments, key order and
+        number spelling of the YAML never show)."""
+        return canonical(without_keys(self.to_dict(), operational_keys(sharded=sharded)))
 
-    def operational(self) -> dict[str, Any]:
-        """The :data:`OPERATIONAL_KEYS` settings of this recipe, nested as in the recipe."""
+    def operational(self, *, sharded: bool = False) -> dict[str, Any]:
+        """The operational settings of this recipe (:func:`operational_keys`), nested as in
+        the recipe: with :meth:`identity` of the same ``sharded``, every setting once."""
         d = self.to_dict()
         out: dict[str, Any] = {}
-        for path in sorted(OPERATIONAL_KEYS):
+        for path in sorted(operational_keys(sharded=sharded)):
             section, key = path.split(".")
             out.setdefault(section, {})[key] = d[section][key]
         return out
 
-    def identity_sha256(self) -> str:
+    def identity_sha256(self, *, sharded: bool = False) -> str:
         """Hex SHA-256 of :meth:`identity`: the recipe hash a run summary records."""
-        return sha256_json(self.identity())
+        return sha256_json(self.identity(sharded=sharded))
 
 
 OPERATIONAL_KEYS: frozenset[str] = frozenset(
     {
         # Lhotse's sampler runs in the main process; workers only load the audio of its batches
+        # (not so on a sharded corpus: SHARD_DEALING_KEYS)
         "batching.num_workers",
         "batching.worker_nice",
         # what the diagnostics decode, flag and warn about; never a gradient
@@ -209,11 +212,25 @@ OPERATIONAL_KEYS: frozenset[str] = frozenset(
     }
 )
 """The recipe keys that cannot change the trained weights, the checkpoints kept or how a run
-ends: the one list. They are left out of :meth:`Recipe.identity` (the run's recipe hash, its work
-directory's identity and what reruns its training), so changing one resumes a run instead of
-starting it again. Every other key counts, ``trainer.max_steps`` included: the cosine schedule's
-total is ``max_steps``, so a longer budget is another run (to train a finished model further,
-start a new run from its export with ``runs.<run>.init``)."""
+ends (on per-file corpora; on sharded ones see :data:`SHARD_DEALING_KEYS`): the one list. They
+are left out of :meth:`Recipe.identity` (the run's recipe hash, its work directory's identity
+and what reruns its training), so changing one resumes a run instead of starting it again.
+Every other key counts, ``trainer.max_steps`` included: the cosine schedule's total is
+``max_steps``, so a longer budget is another run (to train a finished model further, start a
+new run from its export with ``runs.<run>.init``)."""
+
+
+SHARD_DEALING_KEYS: frozenset[str] = frozenset({"batching.num_workers"})
+"""The :data:`OPERATIONAL_KEYS` that count on a run trained from shards: there each loader worker
+reads its own share of a rank's shards and batches them with its own sampler
+(:mod:`asrflow.train.shards`), so the number of workers changes which cuts share a batch, and so
+the weights. (0 workers and 1 deal the shards alike, but count as two settings.)"""
+
+
+def operational_keys(*, sharded: bool = False) -> frozenset[str]:
+    """The recipe keys that cannot change the weights of a run; ``sharded``: a run whose train
+    corpora are sharded (``corpora.<c>.shards``), where :data:`SHARD_DEALING_KEYS` can."""
+    return OPERATIONAL_KEYS - SHARD_DEALING_KEYS if sharded else OPERATIONAL_KEYS
 
 
 OMITTED_AT_DEFAULT: frozenset[str] = frozenset({"batching.drop_last"})

@@ -25,8 +25,11 @@ world size and the number of workers (the DataLoader takes its workers' batches 
 resumed run replays its epoch and drops the batches it already trained on. Unlike the per-file
 path it reads their audio to do so (the shards are read front to back; there is no index to
 jump with): a resume late in a long epoch first spends that part of the epoch's loading time.
-Resuming with another world size or number of workers deals the shards differently; the epoch
-is then only approximately where it stopped (the module warns).
+The number of workers and the shard size are therefore part of a sharded run's identity
+(:data:`asrflow.train.recipe.SHARD_DEALING_KEYS`, :func:`asrflow.train.workdir.run_identity`):
+changing either starts the run anew. A world size changed under it (the recipe's devices and
+nodes count too) deals the shards differently; the epoch is then only approximately where it
+stopped (the module warns).
 """
 
 from __future__ import annotations

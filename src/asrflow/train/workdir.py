@@ -13,7 +13,8 @@ A run whose identity differs moves the old directory aside to ``<run>.stale-<UTC
 (nothing is deleted), logs which keys changed, and starts fresh; a run with the same identity
 resumes. The few recipe keys that cannot change the weights
 (:data:`~asrflow.train.recipe.OPERATIONAL_KEYS`: loader workers, diagnostics) are not part of
-it.
+it, except on a run trained from shards, where the loader workers deal the shards and the shard
+size groups the cuts: both are part of a sharded run's identity.
 
 Under DDP only global rank 0 (:func:`asrflow.ranks.launched_rank`) moves and claims the
 directory; the other ranks wait until the identity file says the directory is theirs.
@@ -51,19 +52,29 @@ def run_identity(
     recipe: Any,
     init: Mapping[str, Any] | None,
     weights: Sequence[float] | None = None,
+    shard_sizes: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """What a work directory's state was trained from (see the module docstring).
 
     ``hashes`` is the run summary's (train/dev cuts, BPE model, token list, normalization),
     ``recipe`` a :class:`~asrflow.train.recipe.Recipe`, ``weights`` the run's corpus weights.
+    ``shard_sizes``: a sharded run's ``shard_size`` per shard directory (``shards.json``).
+    Which cuts share a shard, and so a sharded run's batches, follow from the train cuts and
+    the shard size; the audio format does not change a sample, so re-writing the shards as
+    ``wav`` instead of ``flac`` resumes. A sharded run's recipe identity counts its loader
+    workers (:data:`~asrflow.train.recipe.SHARD_DEALING_KEYS`). A run from per-file corpora
+    has neither, and its identity is what it was before shards existed.
     """
     keep = ("train_cuts", "dev_cuts", "bpe_model", "tokens", "normalization")
-    return {
+    identity = {
         **{k: hashes.get(k) for k in keep},
-        "recipe": recipe.identity(),
+        "recipe": recipe.identity(sharded=bool(shard_sizes)),
         "init": dict(init) if init else None,
         "weights": list(weights) if weights is not None else None,
     }
+    if shard_sizes:
+        identity["shard_sizes"] = dict(shard_sizes)
+    return identity
 
 
 def claim_work_dir(
