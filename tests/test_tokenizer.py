@@ -9,7 +9,7 @@ import pytest
 import sentencepiece as spm
 from lhotse import CutSet
 
-from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.data.cuts import save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization, normalize
 from asrflow.tokenizer import (
@@ -21,6 +21,7 @@ from asrflow.tokenizer import (
     token_list,
     train_tokenizer,
 )
+from tests.cuts import audio_less_cut
 
 # Train text avoids the letters q, w, x, z, v, k entirely (dev-only words use them).
 TRAIN_TEXTS = [
@@ -40,24 +41,14 @@ DEV_TEXTS = ["zyxwv qqqq kiwi", "wxyz vaqz"]
 
 def make_cuts(texts: list[str], prefix: str, repeat: int = 1) -> CutSet:
     """Audio-less cuts following asrflow's conventions (one supervision, custom fields)."""
-    cuts = []
-    for r in range(repeat):
-        for i, t in enumerate(texts):
-            cid = f"{prefix}-{r}-{i:03d}"
-            duration = 1.0 + 0.1 * len(t) / 10
-            cuts.append(
-                make_cut(
-                    utt_id=cid,
-                    audio=f"/nonexistent/{cid}.wav",
-                    sampling_rate=16000,
-                    num_samples=int(duration * 16000),
-                    duration=duration,
-                    text=t,
-                    speaker=f"spk{i % 3}",
-                    custom={"origin": f"{prefix}.jsonl:{i + 1}"},
-                )
-            )
-    return CutSet.from_cuts(cuts)
+    return CutSet.from_cuts(
+        audio_less_cut(
+            f"{prefix}-{r}-{i:03d}", 1.0 + 0.1 * len(t) / 10, t, speaker=f"spk{i % 3}",
+            origin=f"{prefix}.jsonl:{i + 1}",
+        )
+        for r in range(repeat)
+        for i, t in enumerate(texts)
+    )  # fmt: skip
 
 
 @pytest.fixture

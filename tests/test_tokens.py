@@ -9,11 +9,12 @@ import pytest
 import sentencepiece as spm
 from lhotse import CutSet
 
-from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.data.cuts import save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import BLANK, SOS_EOS, UNK, TokenizerConfig, train_tokenizer
 from asrflow.tokens import IGNORE_ID, TokenEncoder, TokenListMismatch
+from tests.cuts import audio_less_cut
 
 NORM = TextNormalization()
 TEXTS = ["Hello there, general.", "The hotel is near the lake.", "A green tea, then another."]
@@ -21,16 +22,9 @@ TEXTS = ["Hello there, general.", "The hotel is near the lake.", "A green tea, t
 
 def text_cuts(texts: list[str]) -> CutSet:
     """Audio-less cuts with one supervision each (the tokenizer reads only the text)."""
-    cuts = []
-    for i, t in enumerate(texts):
-        cid = f"c{i:03d}"
-        cuts.append(
-            make_cut(
-                utt_id=cid, audio=f"/nonexistent/{cid}.wav", sampling_rate=16000,
-                num_samples=16000, duration=1.0, text=t, custom={"origin": f"m:{i}"},
-            )
-        )  # fmt: skip
-    return CutSet.from_cuts(cuts)
+    return CutSet.from_cuts(
+        audio_less_cut(f"c{i:03d}", text=t, origin=f"m:{i}") for i, t in enumerate(texts)
+    )
 
 
 def make_tokenizer(

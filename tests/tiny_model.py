@@ -17,11 +17,12 @@ import pytest
 import torch
 
 from asrflow.corpus.espeak import native_sample_rate, resample, synthesize
-from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.data.cuts import save_cuts
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.model import build_model
+from tests.cuts import audio_less_cut
 from tests.e2e import built_once
 
 TEXTS = ("red", "blue", "red blue", "blue red")
@@ -64,14 +65,7 @@ class Trained:
 def char_tokenizer(directory: Path) -> tuple[Path, Path]:
     """asrflow's own SentencePiece char tokenizer over TEXTS, and its token list."""
     cuts = directory / "texts.jsonl.gz"
-    save_cuts(
-        [
-            make_cut(utt_id=f"t{i}", audio=f"/nonexistent/t{i}.wav", sampling_rate=16000,
-                     num_samples=16000, duration=1.0, text=text)
-            for i, text in enumerate(TEXTS)
-        ],
-        cuts,
-    )  # fmt: skip
+    save_cuts([audio_less_cut(f"t{i}", text=text) for i, text in enumerate(TEXTS)], cuts)
     bpe, tokens = directory / "bpe.model", directory / "tokens.txt"
     train_tokenizer(cuts, bpe, tokens, TokenizerConfig(model_type="char"), TextNormalization())
     return bpe, tokens

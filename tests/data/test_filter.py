@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lhotse import CutSet, MonoCut
 
-from asrflow.data.cuts import make_cut as build_cut
 from asrflow.data.filter import (
     REASONS,
     FilterConfig,
@@ -24,21 +23,16 @@ from asrflow.data.filter import (
 )
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
+from tests.cuts import audio_less_cut
 
 NORM = TextNormalization()
 
 
 def make_cut(cid: str, duration: float, text: str, **custom) -> MonoCut:
     """An audio-less cut following asrflow's conventions."""
-    return build_cut(
-        utt_id=cid,
-        audio=f"/nonexistent/{cid}.wav",
-        sampling_rate=16000,
-        num_samples=round(duration * 16000),
-        duration=duration,
-        text=text,
-        speaker=custom.pop("speaker", "spk"),
-        custom={"origin": f"train.jsonl:{cid}", **custom},
+    speaker = custom.pop("speaker", "spk")
+    return audio_less_cut(
+        cid, duration, text, speaker=speaker, origin=f"train.jsonl:{cid}", **custom
     )
 
 

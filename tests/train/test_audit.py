@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from lhotse import CutSet
 
-from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.data.cuts import save_cuts
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
 from asrflow.train.audit import BatchStats, audit_batches, batch_stats, describe, summarize
+from tests.cuts import audio_less_cut
 
 NORM = TextNormalization()
 # Equal durations, no shuffle: the sampler yields consecutive groups of 4 cuts (max 4 s).
@@ -27,17 +28,10 @@ BATCHING = {"max_duration": 4.0, "num_buckets": 2, "shuffle": False, "seed": 0}
 def make_cuts(texts: list[str], durations: list[float] | None = None) -> CutSet:
     """Audio-less cuts (the audit never loads audio: their sources do not exist)."""
     durations = durations or [1.0] * len(texts)
-    cuts = []
-    for i, (t, d) in enumerate(zip(texts, durations, strict=True)):
-        cid = f"u{i:03d}"
-        cuts.append(
-            make_cut(
-                utt_id=cid, audio=f"/nonexistent/{cid}.wav", sampling_rate=16000,
-                num_samples=round(d * 16000), duration=d, text=t,
-                custom={"origin": f"train.jsonl:{i + 1}"},
-            )
-        )  # fmt: skip
-    return CutSet.from_cuts(cuts)
+    return CutSet.from_cuts(
+        audio_less_cut(f"u{i:03d}", d, t, origin=f"train.jsonl:{i + 1}")
+        for i, (t, d) in enumerate(zip(texts, durations, strict=True))
+    )
 
 
 def setup(tmp_path: Path, texts: list[str], durations: list[float] | None = None):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from lhotse import CutSet
 
-from asrflow.data.cuts import make_cut, save_cuts
+from asrflow.data.cuts import save_cuts
 from asrflow.data.importers import import_nemo
 from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
@@ -30,6 +30,7 @@ from asrflow.train.data import (
     speed_perturb,
 )
 from tests.conftest import write_nemo, write_wav
+from tests.cuts import audio_less_cut
 
 NORM = TextNormalization()
 
@@ -49,17 +50,10 @@ def corpus(tmp_path: Path, nemo_corpus) -> SimpleNamespace:
 
 def fake_cuts(n: int, prefix: str = "c", seed: int = 0) -> CutSet:
     """Audio-less cuts of varied duration (for sampler tests, which never load audio)."""
-    cuts = []
-    for i in range(n):
-        cid = f"{prefix}{i:04d}"
-        duration = round(0.5 + ((i * 7919 + seed) % 23) * 0.2, 2)
-        cuts.append(
-            make_cut(
-                utt_id=cid, audio=f"/nonexistent/{cid}.wav", sampling_rate=16000,
-                num_samples=round(duration * 16000), duration=duration, text="a",
-            )
-        )  # fmt: skip
-    return CutSet.from_cuts(cuts)
+    return CutSet.from_cuts(
+        audio_less_cut(f"{prefix}{i:04d}", round(0.5 + ((i * 7919 + seed) % 23) * 0.2, 2))
+        for i in range(n)
+    )
 
 
 def ids_of(batches) -> list[list[str]]:
