@@ -431,14 +431,23 @@ def test_status_is_up_to_date_and_names_what_a_library_change_touches(trained, t
     version = re.search(r"^SCORING_VERSION = (\d+)$", original, re.M)
     bumped = original.replace(version.group(0), f"SCORING_VERSION = {int(version.group(1)) + 1}")
     scoring.write_text(bumped)
-    counts = rule_counts(dry_run(trained, env=env))
-    assert counts == {
+    after_evaluate = {
         "evaluate": 8,
         "select_model": 1,
         "plot_slices": 2,
         "report": 1,
         "plot_differences": 1,
     }
+    assert rule_counts(dry_run(trained, env=env)) == after_evaluate
+    # so does a new decoder version (a change that can change a transcript)
+    scoring.write_text(original)
+    versions = src / "asrflow/evaluate/versions.py"
+    text = versions.read_text()
+    version = re.search(r"^DECODER_VERSION = (\d+)$", text, re.M)
+    versions.write_text(
+        text.replace(version.group(0), f"DECODER_VERSION = {int(version.group(1)) + 1}")
+    )
+    assert rule_counts(dry_run(trained, env=env)) == after_evaluate
 
 
 def test_audio_changed_after_the_gate_reimports_and_revalidates_its_split(trained):

@@ -18,6 +18,7 @@ from typing import Any
 from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.scoring import SCORING_VERSION
+from asrflow.evaluate.versions import DECODER_VERSION
 from asrflow.export.find import find_config, model_sample_rate
 from asrflow.layout import (
     Config,
@@ -133,14 +134,16 @@ def recipe_params(
 
 
 def eval_params(config: Config) -> dict[str, Any]:
-    """What ``evaluate`` is given of ``evaluation``: the scoring contract, the scorer's version
-    and the decoding settings (they change the figures; a bump of
-    :data:`~asrflow.evaluate.scoring.SCORING_VERSION` reruns every evaluation), and
-    ``operational`` (device, batch_seconds: they do not)."""
+    """What ``evaluate`` is given of ``evaluation``: the scoring contract, the scorer's and the
+    decoder's versions and the decoding settings (they change the figures; a bump of
+    :data:`~asrflow.evaluate.scoring.SCORING_VERSION` or
+    :data:`~asrflow.evaluate.versions.DECODER_VERSION` reruns every evaluation), and
+    ``operational`` (device, batch_seconds: they do not, the decoder being batch-invariant)."""
     ev = config["evaluation"]
     return {
         "scoring": ev["scoring"],
         "scoring_version": SCORING_VERSION,
+        "decoder_version": DECODER_VERSION,
         "dtype": ev["dtype"],
         "decoding": ev["decoding"],
         "operational": Operational({k: ev[k] for k in ("device", "batch_seconds")}),

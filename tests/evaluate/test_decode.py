@@ -14,7 +14,13 @@ import torch
 
 from asrflow.data.cuts import make_cut, save_cuts
 from asrflow.errors import AsrflowError
-from asrflow.evaluate.decode import Decoding, PackageModel, batches, timed_transcribe
+from asrflow.evaluate.decode import (
+    Decoding,
+    PackageModel,
+    UtteranceFrontend,
+    batches,
+    timed_transcribe,
+)
 from asrflow.evaluate.scoring import SCORING_VERSION, contract_sha256
 from asrflow.evaluate.stages import decoding_from_config, evaluate_artifact
 from asrflow.export.package import export_package, load_speech2text
@@ -59,6 +65,45 @@ def test_batched_decoding_gives_the_same_transcripts(package, trained):
     _, one = _transcribe(package, trained.audio, dtype="float32", batch_seconds=0)
     _, batched = _transcribe(package, trained.audio, dtype="float32", batch_seconds=60)
     assert batched == one
+
+
+def test_an_utterances_features_are_the_same_in_any_batch(package):
+    """ESPnet's frontend on a padded batch takes the last STFT windows of a shorter utterance
+    over its zero padding (alone, over the reflection of its own samples), so its last frames,
+    and through the attention its transcript, changed with the batch (on the demo 2 to 7 of 136
+    dev transcripts in bf16 with batch_seconds 20-200). The decoder's frontend computes each
+    utterance's features alone."""
+    frontend = PackageModel(package, Decoding(device="cpu", dtype="float32")).model.frontend
+    assert isinstance(frontend, UtteranceFrontend)
+    rng = np.random.default_rng(0)
+    short = torch.from_numpy(rng.standard_normal(8037).astype(np.float32))
+    batch = torch.from_numpy(rng.standard_normal((2, 16000)).astype(np.float32))
+    batch[0, short.numel() :] = 0.0
+    batch[0, : short.numel()] = short
+    lengths = torch.tensor([short.numel(), 16000])
+    with torch.no_grad():
+        alone, n = frontend(short[None], lengths[:1])
+        together, m = frontend(batch, lengths)
+        espnet, _ = frontend.inner(batch, lengths)  # what the batch gave before
+    frames = int(n[0])
+    assert int(m[0]) == frames and together.shape[1] > frames
+    assert torch.equal(together[0, :frames], alone[0])
+    assert (espnet[0, :frames] - alone[0]).abs().max() > 0.1  # the last frames differed
+    assert frontend.output_size() == frontend.inner.output_size()
+
+
+def test_the_decoders_version_is_in_the_fingerprint_and_the_evaluate_params(monkeypatch):
+    """A decoder change that can change a transcript bumps DECODER_VERSION: its results are
+    archived beside the old ones, never taken for them, and every evaluation reruns."""
+    from asrflow import runs
+    from asrflow.evaluate import decode
+    from asrflow.evaluate.versions import DECODER_VERSION
+    from tests.configs import config_with_runs
+
+    assert runs.eval_params(config_with_runs(r={}))["decoder_version"] == DECODER_VERSION
+    before = Decoding().sha256()
+    monkeypatch.setattr(decode, "DECODER_VERSION", DECODER_VERSION + 1)
+    assert Decoding().sha256() != before
 
 
 def test_bf16_casts_the_encoder_and_ctc_but_keeps_the_frontend_fp32(package, trained):

@@ -17,6 +17,20 @@ postencoder, CTC,                     features are cast to bf16 at the encoder's
 decoder                               forward pre-hook
 ========================  ==========  ===================================================
 
+**Batch-invariant.** A batch's transcripts are those of its utterances decoded one at a time,
+so ``batch_seconds`` (and which other utterances an eval set holds) cannot change a figure: the
+frontend runs on each utterance alone (:class:`UtteranceFrontend`); normalization, encoder and
+CTC take the padded batch with its lengths, and mask the padding. (ESPnet's frontend on a padded
+batch takes the STFT windows of an utterance's last frames over its zero padding, where alone
+they span the reflection of its own samples: on the demo the last two log-mel frames differed by
+up to 4.2, the attention spread that over the utterance, and 2 to 7 of the 136 dev transcripts
+of each artifact changed between one at a time and ``batch_seconds`` 20 to 200, in bf16; 0 to 2
+in float32; now none in float32.) What stays is rounding: the encoder's matrix products
+differ in their last bits with the batch's shape, which in bf16 can tip a near tie: on the same
+demo artifacts 1 of the 137 test transcripts of one of them changed at ``batch_seconds`` 60 and
+200, none of the others' (dev or test) at 20, 60 or 200. As for the device, a result holds to
+that rounding, so ``batch_seconds`` stays operational.
+
 No ``torch.autocast`` anywhere: autocast keeps float32 master weights and picks per-op dtypes,
 which is not what a bf16 deployment runs. :attr:`PackageModel.dtypes` records the table above
 for every evaluation summary.
@@ -44,6 +58,7 @@ import torch
 import yaml
 
 from asrflow.errors import AsrflowError
+from asrflow.evaluate.versions import DECODER_VERSION
 from asrflow.export.espnet_model import build_espnet_model
 from asrflow.export.find import model_sample_rate
 from asrflow.export.package import (
@@ -98,15 +113,21 @@ class Decoding:
         return asdict(self)
 
     def sha256(self, word_lm_sha256: str | None = None) -> str:
-        """Fingerprint of what decides the transcripts: mode, its own settings, dtype and (mode
-        lexicon_lm) the word LM; not the device or the batch size. Results with different
+        """Fingerprint of what decides the transcripts: the decoder's version, mode, its own
+        settings, dtype and (mode lexicon_lm) the word LM; not the device or the batch size
+        (batch-invariant: the module docstring). Results with different
         fingerprints are archived side by side (:func:`asrflow.evaluate.archive.archive_name`)."""
         own = {
             "greedy_ctc": (),
             "beam": ("beam_size", "ctc_weight"),
             "lexicon_lm": ("beam_size", "lm_weight", "word_score", "beam_size_token"),
         }[self.mode]
-        payload = {"mode": self.mode, "dtype": self.dtype, **{k: getattr(self, k) for k in own}}
+        payload = {
+            "decoder_version": DECODER_VERSION,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            **{k: getattr(self, k) for k in own},
+        }
         if self.mode == "lexicon_lm":
             payload["word_lm"] = word_lm_sha256
         return hashlib.sha256(dumps_json(payload).encode("utf-8")).hexdigest()
@@ -155,6 +176,30 @@ def cast_for_inference(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, 
     return dtypes
 
 
+class UtteranceFrontend(torch.nn.Module):
+    """An ESPnet frontend that computes each utterance's features alone, at its own length,
+    and pads the features instead of the audio: the features of an utterance are the same in
+    any batch (see the module docstring). Holds the wrapped frontend as ``inner`` (its
+    parameters and dtype are the frontend's); ``output_size()`` is the frontend's."""
+
+    def __init__(self, frontend: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = frontend
+
+    def output_size(self) -> int:
+        return self.inner.output_size()
+
+    def forward(
+        self, speech: torch.Tensor, speech_lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        feats, lengths = [], []
+        for row, n in zip(speech, speech_lengths.tolist(), strict=True):
+            f, f_len = self.inner(row[None, :n], speech_lengths.new_tensor([n]))
+            feats.append(f[0, : int(f_len[0])])
+            lengths.append(f_len)
+        return torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), torch.cat(lengths)
+
+
 class PackageModel:
     """An exported package, loaded strictly, cast for inference, ready to transcribe."""
 
@@ -186,6 +231,8 @@ class PackageModel:
             self.model = build_espnet_model(self.config)
             state = torch.load(self.package / MODEL, map_location="cpu", weights_only=True)
             self.model.load_state_dict(state, strict=True)
+            if self.model.frontend is not None:  # batched here; beam decodes one at a time
+                self.model.frontend = UtteranceFrontend(self.model.frontend)
         self.model.to(self.device).eval()
         self.dtypes = cast_for_inference(self.model, dtype)
         log.info("loaded %s on %s; dtypes %s", self.package, self.device, self.dtypes)
