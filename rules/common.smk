@@ -80,10 +80,15 @@ def split_cuts(wildcards):
     return {s: layout.imported(corpus, s) for s in layout.splits(config, corpus)}
 
 
-def validated_cuts(wildcards):
+def validated_split(corpus, split):
     """The validated cuts of one split (an output of the validate_corpus checkpoint)."""
-    validated = checkpoints.validate_corpus.get(corpus=wildcards.corpus).output.cuts
-    return f"{validated}/{wildcards.split}.jsonl.gz"
+    validated = checkpoints.validate_corpus.get(corpus=corpus).output.cuts
+    return f"{validated}/{split}.jsonl.gz"
+
+
+def validated_cuts(wildcards):
+    """The validated cuts of the split rule filter_split filters."""
+    return validated_split(wildcards.corpus, wildcards.split)
 
 
 def filtered_split(corpus, split):
@@ -221,12 +226,13 @@ def export_inputs(wildcards):
 
 
 def eval_inputs(wildcards):
-    """An exported artifact and the filtered cuts of the eval set it is judged on (and the
-    run's word LM when evaluation.decoding.mode is lexicon_lm)."""
+    """An exported artifact and the eval set it is judged on: its split's validated cuts, all
+    of them (the training filter never shrinks an eval set; evaluation.filter may, counted in
+    the summary); and the run's word LM when evaluation.decoding.mode is lexicon_lm."""
     corpus, split = layout.eval_set_split(config, wildcards.eval_set)
     inputs = {
         "package": layout.export_dir(wildcards.run, wildcards.artifact),
-        "cuts": filtered_split(corpus, split),
+        "cuts": validated_split(corpus, split),
     }
     if config["evaluation"]["decoding"].get("mode") == "lexicon_lm":
         inputs["word_lm"] = layout.word_lm_file(wildcards.run)

@@ -22,6 +22,7 @@ with step(snakemake) as s:
         alignments_txt=snakemake.output.alignments,
         threads=snakemake.threads,
         word_lm=snakemake.input.get("word_lm"),
+        eval_filter=evaluation["filter"],
     )
     archived = archive_eval_summary(summary, snakemake.params.archive)
     s.add_details("archived", str(archived))

@@ -186,7 +186,7 @@ def test_minimal_config_gets_every_section() -> None:
         "validation",
         "filter",
     }
-    assert demo["slice_fields"] == ["condition", "has_entity", "code_switch"]
+    assert demo["slice_fields"] == []  # none unless a corpus names its own (the demo does)
 
 
 def test_holdout_defaults() -> None:

@@ -135,8 +135,8 @@ def recipe_params(
 
 def eval_params(config: Config) -> dict[str, Any]:
     """What ``evaluate`` is given of ``evaluation``: the scoring contract, the scorer's and the
-    decoder's versions and the decoding settings (they change the figures; a bump of
-    :data:`~asrflow.evaluate.scoring.SCORING_VERSION` or
+    decoder's versions, the decoding settings with the long-form windows, and the eval filter
+    (they change the figures; a bump of :data:`~asrflow.evaluate.scoring.SCORING_VERSION` or
     :data:`~asrflow.evaluate.versions.DECODER_VERSION` reruns every evaluation), and
     ``operational`` (device, batch_seconds: they do not, the decoder being batch-invariant)."""
     ev = config["evaluation"]
@@ -146,6 +146,9 @@ def eval_params(config: Config) -> dict[str, Any]:
         "decoder_version": DECODER_VERSION,
         "dtype": ev["dtype"],
         "decoding": ev["decoding"],
+        "window_seconds": ev["window_seconds"],
+        "window_overlap_seconds": ev["window_overlap_seconds"],
+        "filter": ev["filter"],
         "operational": Operational({k: ev[k] for k in ("device", "batch_seconds")}),
     }
 

@@ -165,7 +165,8 @@ def test_the_schema_defaults_are_the_decoding_defaults():
     )
     evaluation = schema["properties"]["evaluation"]["properties"]
     defaults = {k: v["default"] for k, v in evaluation["decoding"]["properties"].items()}
-    defaults |= {k: evaluation[k]["default"] for k in ("dtype", "device", "batch_seconds")}
+    top = ("dtype", "device", "batch_seconds", "window_seconds", "window_overlap_seconds")
+    defaults |= {k: evaluation[k]["default"] for k in top}
     fields = {f.name: f.default for f in dataclasses.fields(Decoding)}
     assert defaults == fields
     assert decoding_from_config({}) == Decoding()

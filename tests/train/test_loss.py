@@ -112,7 +112,11 @@ def test_duration_batches_weigh_tokens_equally_only_per_token(tiny_model, uttera
         grads(per_token(loss_c, n_c, tok_c, 2, global_tokens))
         + grads(per_token(loss_d, n_d, tok_d, 2, global_tokens))
     ) / 2
-    torch.testing.assert_close(ddp, reference, rtol=1e-4, atol=1e-7)
+    # the same objective up to float32 rounding, which differs with the batches' shapes (padding)
+    # and the CPU's kernels: judged on the whole gradient, not element by element (elements near
+    # zero differ by 0.4 % of themselves on an AMD EPYC, the whole by 5e-6); the wrong objectives
+    # below are off by 2 % and 20 %
+    assert (ddp - reference).norm() / reference.norm() < 1e-4
 
     espnet_ddp = (grads(loss_c) + grads(loss_d)) / 2
     espnet_single = grads(loss4)

@@ -41,6 +41,11 @@ dropped: the very function training's validation uses, :func:`asrflow.tokens.gre
 casts applied to its model) and ``lexicon_lm`` (CTC beam search over the words of the train
 transcripts with their word bigram LM, :mod:`asrflow.evaluate.word_lm`; the CTC posteriors
 come from the cast model, the search runs in float32 on the CPU).
+
+**Long recordings** (longer than ``window_seconds``, 30 s by default) are decoded in overlapping
+windows whose CTC frames are stitched at the overlaps' middles (:mod:`asrflow.evaluate.longform`),
+in modes greedy_ctc and lexicon_lm; mode beam decodes whole utterances, and the evaluate rule
+refuses an eval set with a longer one in that mode.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ import torch
 import yaml
 
 from asrflow.errors import AsrflowError
+from asrflow.evaluate.longform import stitch, window_groups, window_plan
 from asrflow.evaluate.versions import DECODER_VERSION
 from asrflow.export.espnet_model import build_espnet_model
 from asrflow.export.find import model_sample_rate
@@ -100,6 +106,10 @@ class Decoding:
     """lexicon_lm only (:mod:`asrflow.evaluate.word_lm`), as the next two."""
     word_score: float = 2.0
     beam_size_token: int = 20
+    window_seconds: float = 30.0
+    """Utterances longer than this are decoded in overlapping windows
+    (:mod:`asrflow.evaluate.longform`; modes greedy_ctc and lexicon_lm); 0 = never."""
+    window_overlap_seconds: float = 4.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -108,6 +118,15 @@ class Decoding:
             raise AsrflowError(f"evaluation.dtype: {self.dtype!r} is not one of {list(DTYPES)}")
         if self.batch_seconds < 0:
             raise AsrflowError("evaluation.batch_seconds must be >= 0")
+        if self.window_seconds and not 0 <= self.window_overlap_seconds < self.window_seconds:
+            raise AsrflowError(
+                f"evaluation.window_overlap_seconds ({self.window_overlap_seconds}) must be at "
+                f"least 0 and below evaluation.window_seconds ({self.window_seconds})"
+            )
+
+    def windowed(self, seconds: float) -> bool:
+        """Whether an utterance of ``seconds`` is decoded in windows."""
+        return 0 < self.window_seconds < seconds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,6 +147,9 @@ class Decoding:
             "dtype": self.dtype,
             **{k: getattr(self, k) for k in own},
         }
+        if self.mode != "beam":  # beam decodes whole utterances (evaluate refuses long ones)
+            payload["window_seconds"] = self.window_seconds
+            payload["window_overlap_seconds"] = self.window_overlap_seconds
         if self.mode == "lexicon_lm":
             payload["word_lm"] = word_lm_sha256
         return hashlib.sha256(dumps_json(payload).encode("utf-8")).hexdigest()
@@ -259,26 +281,56 @@ class PackageModel:
 
     @torch.inference_mode()
     def transcribe(self, audio: Sequence[np.ndarray]) -> list[str]:
-        """Transcripts of float32 mono waveforms at :attr:`sample_rate`, in order."""
-        if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda", self.device.type)):
-            raise AsrflowError("evaluation must not run under torch.autocast")
+        """Transcripts of float32 mono waveforms at :attr:`sample_rate`, in order, each decoded
+        whole (:meth:`transcribe_long` decodes one in windows)."""
+        self._check_no_autocast()
         if self._s2t is not None:
             return [self._beam(a) for a in audio]
+        return [self._decode_frames(f) for f in self._frames(audio)]
+
+    @torch.inference_mode()
+    def transcribe_long(self, audio: np.ndarray, batch_seconds: float) -> str:
+        """The transcript of one long waveform, decoded in windows of
+        ``decoding.window_seconds`` stitched at their overlaps' middles
+        (:mod:`asrflow.evaluate.longform`), at most ``batch_seconds`` of windows encoded at
+        once (one window at least)."""
+        self._check_no_autocast()
+        if self._s2t is not None:
+            raise AsrflowError(
+                "decoding.mode beam decodes whole utterances; long-form decoding needs "
+                "greedy_ctc or lexicon_lm"
+            )
+        sr = self.sample_rate
+        window = round(self.decoding.window_seconds * sr)
+        plan = window_plan(len(audio), window, round(self.decoding.window_overlap_seconds * sr))
+        outputs: list[torch.Tensor] = []
+        for group in window_groups(plan, max(window, round(batch_seconds * sr))):
+            outputs += self._frames([audio[w.start : w.end] for w in group])
+        return self._decode_frames(stitch(plan, outputs))
+
+    def _check_no_autocast(self) -> None:
+        if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda", self.device.type)):
+            raise AsrflowError("evaluation must not run under torch.autocast")
+
+    def _frames(self, audio: Sequence[np.ndarray]) -> list[torch.Tensor]:
+        """Each waveform's CTC frames on the CPU, time first: argmax token IDs (greedy), or
+        float32 log-probabilities (the lexicon search)."""
         speech = torch.zeros(len(audio), max(len(a) for a in audio), dtype=torch.float32)
         for i, a in enumerate(audio):
             speech[i, : len(a)] = torch.from_numpy(np.asarray(a, dtype=np.float32))
         lengths = torch.tensor([len(a) for a in audio], dtype=torch.int64)
         enc, enc_lens = self.model.encode(speech.to(self.device), lengths.to(self.device))
         if self.word_lm is not None:
-            log_probs = self.model.ctc.log_softmax(enc).float().cpu()
-            return [
-                self.word_lm(lp[:n]) for lp, n in zip(log_probs, enc_lens.tolist(), strict=True)
-            ]
-        best = self.model.ctc.argmax(enc)
-        return [
-            self.tokens.decode(ids)
-            for ids in greedy_ctc(best.cpu(), enc_lens.cpu(), self.tokens.blank_id)
-        ]
+            frames = self.model.ctc.log_softmax(enc).float().cpu()
+        else:
+            frames = self.model.ctc.argmax(enc).cpu()
+        return [f[:n] for f, n in zip(frames, enc_lens.tolist(), strict=True)]
+
+    def _decode_frames(self, frames: torch.Tensor) -> str:
+        if self.word_lm is not None:
+            return self.word_lm(frames)
+        (ids,) = greedy_ctc(frames[None], [len(frames)], self.tokens.blank_id)
+        return self.tokens.decode(ids)
 
     def _beam(self, audio: np.ndarray) -> str:
         results = self._s2t(torch.from_numpy(np.asarray(audio, dtype=np.float32)))
@@ -307,15 +359,27 @@ def batches(durations: Sequence[float], batch_seconds: float) -> Iterator[list[i
 def timed_transcribe(
     model: PackageModel, audio: Sequence[np.ndarray], sample_rate: int, batch_seconds: float
 ) -> tuple[list[str], float]:
-    """Transcripts in input order and the seconds spent in the model (audio loading excluded)."""
+    """Transcripts in input order and the seconds spent in the model (audio loading excluded).
+    Utterances longer than the decoding's ``window_seconds`` are decoded in windows, one
+    utterance at a time (:meth:`PackageModel.transcribe_long`); the others in batches."""
     durations = [len(a) / sample_rate for a in audio]
     out: list[str] = [""] * len(audio)
     spent = 0.0
-    for idx in batches(durations, batch_seconds):
+    long = [i for i, d in enumerate(durations) if model.decoding.windowed(d)]
+    whole = sorted(set(range(len(audio))) - set(long))
+    jobs: list[tuple[list[int], Any]] = [
+        ([whole[j] for j in idx], None)
+        for idx in batches([durations[i] for i in whole], batch_seconds)
+    ]
+    jobs += [([i], "long") for i in long]
+    for idx, kind in jobs:
         if model.device.type == "cuda":
             torch.cuda.synchronize(model.device)
         start = time.perf_counter()
-        hyps = model.transcribe([audio[i] for i in idx])
+        if kind == "long":
+            hyps = [model.transcribe_long(audio[idx[0]], batch_seconds)]
+        else:
+            hyps = model.transcribe([audio[i] for i in idx])
         if model.device.type == "cuda":
             torch.cuda.synchronize(model.device)
         spent += time.perf_counter() - start

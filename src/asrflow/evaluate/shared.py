@@ -8,11 +8,12 @@ decoded).
 
 Two evaluations are the same decode when they agree on :func:`decode_key`: the package's
 weights, tokenizer and ESPnet config (the config without ``bpemodel``, a path inside each
-package), the eval cuts, the scoring contract (with the scorer's version), the decoding settings
-(with the word LM) and the asrflow code (:func:`~asrflow.provenance.library_sha256`: any code
-change decodes anew). Decodes are kept under ``results/cache/decodes/<key>/``; a lock file per
-key makes parallel jobs with the same key wait for the first instead of decoding twice (on a
-filesystem without working ``flock`` they may both decode: the same result, only slower).
+package), the eval cuts and what of them ``evaluation.filter`` excludes, the scoring contract
+(with the scorer's version), the decoding settings (with the word LM) and the asrflow code
+(:func:`~asrflow.provenance.library_sha256`: any code change decodes anew). Decodes are kept
+under ``results/cache/decodes/<key>/``; a lock file per key makes parallel jobs with the same
+key wait for the first instead of decoding twice (on a filesystem without working ``flock`` they
+may both decode: the same result, only slower).
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ def decode_key(
     contract: TextNormalization,
     decoding: Decoding,
     word_lm: Pathlike | None = None,
+    *,
+    eval_filter: Mapping[str, Any] | None = None,
 ) -> str:
     """What decides an evaluation's transcripts and figures (see the module docstring);
-    ``files``: the package's ``package.json`` file digests."""
+    ``files``: the package's ``package.json`` file digests; ``eval_filter``:
+    ``evaluation.filter`` (what of the eval cuts is scored)."""
     package = Path(package)
     config = yaml.safe_load((package / "config.yaml").read_text(encoding="utf-8")) or {}
     word_lm_sha256 = sha256_file(word_lm) if word_lm and decoding.mode == "lexicon_lm" else None
@@ -62,6 +66,7 @@ def decode_key(
             "files": {k: v for k, v in files.items() if k != "config.yaml"},
             "config": {k: v for k, v in config.items() if k not in PACKAGE_LOCAL},
             "eval_cuts": sha256_file(cuts_path),
+            **({"eval_filter": dict(eval_filter)} if eval_filter is not None else {}),
             "contract": contract_sha256(contract),
             "decoding": decoding.sha256(word_lm_sha256),
             "code": library_sha256(),

@@ -30,9 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from asrflow.data.cuts import field, load_cuts, text
+from asrflow.data.cuts import field, load_cuts, origin, text
+from asrflow.data.filter import FilterConfig
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
+from asrflow.evaluate.eval_set import eval_filter as parse_eval_filter
+from asrflow.evaluate.eval_set import scored_cuts, scored_sha256
 from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap, error_rate_intervals
 from asrflow.evaluate.scoring import (
     MISSING_SLICE,
@@ -81,9 +84,12 @@ def evaluate_artifact(
     alignments_txt: Pathlike,
     threads: int | None = None,
     word_lm: Pathlike | None = None,
+    eval_filter: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Decode ``cuts_path`` with the package and score it under ``contract``; ``word_lm``: the
-    run's word counts (rule word_lm) for decoding mode ``lexicon_lm``."""
+    """Decode ``cuts_path`` (all of it, less what ``eval_filter``, ``evaluation.filter``,
+    excludes: :mod:`asrflow.evaluate.eval_set`) with the package and score it under
+    ``contract``; ``word_lm``: the run's word counts (rule word_lm) for decoding mode
+    ``lexicon_lm``."""
     if threads:
         torch.set_num_threads(threads)
     started = time.time()
@@ -91,9 +97,17 @@ def evaluate_artifact(
         word_lm = None  # an input the rule may pass whatever the mode; used by lexicon_lm only
     word_lm_sha256 = sha256_file(word_lm) if word_lm else None
     model = PackageModel(package, decoding, word_lm)
-    cuts = list(load_cuts(cuts_path))
-    if not cuts:
+    whole = list(load_cuts(cuts_path))
+    if not whole:
         raise AsrflowError(f"{cuts_path}: the eval set {eval_set} has no utterances")
+    excluding = parse_eval_filter(eval_filter)
+    cuts, cover = scored_cuts(whole, excluding, contract)
+    if not cuts:
+        raise AsrflowError(
+            f"evaluation.filter excludes every utterance of the eval set {eval_set} "
+            f"({cuts_path}): widen its bounds, or remove it to score the whole set"
+        )
+    check_long_form(cuts, decoding, eval_set)
     sr = model.sample_rate
     audio = [load_audio(c, sr) for c in cuts]
     audio_seconds = float(sum(len(a) for a in audio)) / sr
@@ -111,13 +125,31 @@ def evaluate_artifact(
         "run": run,
         "artifact": artifact,
         "eval_set": eval_set,
-        **_what_was_measured(model, cuts_path, contract, scores, slice_fields),
+        **_what_was_measured(model, cuts_path, contract, scores, slice_fields, excluding),
+        **cover,
         **_how_it_was_decoded(model, decoding, word_lm_sha256, cuts),
         **_timing(model, audio_seconds, decode_seconds, started),
     }
     write_json(summary_path, summary)
     _log_summary(summary, len(scores), decoding.dtype)
     return summary
+
+
+def check_long_form(cuts: Sequence[Any], decoding: Decoding, eval_set: str) -> None:
+    """Mode beam decodes whole utterances: refuse an eval set with one longer than
+    ``window_seconds`` (naming it) rather than push it through attention in one piece."""
+    if decoding.mode != "beam":
+        return
+    long = [c for c in cuts if decoding.windowed(c.duration)]
+    if long:
+        first = long[0]
+        raise AsrflowError(
+            f"eval set {eval_set}: {len(long)} utterance(s) are longer than "
+            f"evaluation.window_seconds ({decoding.window_seconds:g} s), e.g. {first.id} "
+            f"({origin(first)}, {first.duration:.1f} s), and decoding.mode beam decodes whole "
+            "utterances: use mode greedy_ctc or lexicon_lm (they decode long ones in windows), "
+            "or set evaluation.window_seconds to 0 to decode them whole in beam mode"
+        )
 
 
 def _score(
@@ -145,14 +177,16 @@ def _what_was_measured(
     contract: TextNormalization,
     scores: Sequence[UtteranceScore],
     slice_fields: Sequence[str],
+    excluding: FilterConfig | None,
 ) -> dict[str, Any]:
-    """The summary's hashes of the weights, eval cuts and contract, and the pooled and per-slice
-    error rates."""
+    """The summary's hashes of the weights, eval cuts (with the eval filter's settings, if any:
+    :func:`~asrflow.evaluate.eval_set.scored_sha256`) and contract, and the pooled and
+    per-slice error rates."""
     return {
         "artifact_sha256": model.manifest["files"]["model.pth"],
         "package_files": dict(model.manifest["files"]),
         "run_hashes": run_hashes(model.manifest),
-        "eval_cuts_sha256": sha256_file(cuts_path),
+        "eval_cuts_sha256": scored_sha256(sha256_file(cuts_path), excluding),
         "contract": contract.to_dict(),
         "contract_sha256": contract_sha256(contract),
         "scoring_version": SCORING_VERSION,
@@ -284,7 +318,13 @@ def evaluate_artifact_once(
     manifest = read_json(Path(package) / "package.json")
     files = manifest["files"]
     key = decode_key(
-        package, files, cuts_path, kwargs["contract"], kwargs["decoding"], kwargs.get("word_lm")
+        package,
+        files,
+        cuts_path,
+        kwargs["contract"],
+        kwargs["decoding"],
+        kwargs.get("word_lm"),
+        eval_filter=kwargs.get("eval_filter"),
     )
     outputs = {k: kwargs.pop(k) for k in ("summary_path", "utterances_csv", "alignments_txt")}
     return evaluate_once(
@@ -308,7 +348,13 @@ _DECODING_KEYS = {
     "word_score": float,
     "beam_size_token": int,
 }
-_EVALUATION_KEYS = {"dtype": str, "device": str, "batch_seconds": float}
+_EVALUATION_KEYS = {
+    "dtype": str,
+    "device": str,
+    "batch_seconds": float,
+    "window_seconds": float,
+    "window_overlap_seconds": float,
+}
 
 
 def decoding_from_config(evaluation: Mapping[str, Any]) -> Decoding:

@@ -23,6 +23,10 @@ Inputs are the JSON summaries other rules write:
 Results scored under different contracts (or on different eval cuts) are never ranked together:
 ``rank`` is computed within one ``(eval_set, eval_cuts_sha256, contract_sha256)`` group of current
 rows, and :func:`check_contracts` says in words when there is more than one group per eval set.
+An evaluation whose ``evaluation.filter`` excluded utterances has eval cuts of its own
+(:func:`asrflow.evaluate.eval_set.scored_sha256`) and counts them (:data:`COVERAGE`,
+``excluded_by_reason``); ``not_compared`` says why a row that has a reference to be compared
+with has no difference to it.
 
 Example::
 
@@ -49,6 +53,7 @@ from asrflow.report.differences import (
     UtteranceErrors,
     differences_vs_baseline,
     differences_vs_selected,
+    not_compared,
 )
 from asrflow.report.replicas import REPLICA_COLUMNS, Replicas, replica_columns
 
@@ -73,6 +78,15 @@ COUNTS = (
     "ref_chars",
     "char_errors",
 )
+COVERAGE = (
+    "utterances_total",
+    "utterances_scored",
+    "utterances_excluded",
+    "seconds_total",
+    "seconds_excluded",
+)
+"""How much of its eval set an evaluation scored (:func:`asrflow.evaluate.eval_set.coverage`;
+empty for summaries written before it; ``num_utterances`` is the scored count)."""
 HASHES = (
     "artifact_sha256",
     "eval_cuts_sha256",
@@ -98,6 +112,9 @@ COLUMNS = (
     *REPLICA_COLUMNS,
     *CHANGE_COLUMNS,
     "current",
+    *COVERAGE,
+    "excluded_by_reason",
+    "not_compared",
     *COUNTS,
     "sentence_error_rate",
     "rtf",
@@ -217,10 +234,21 @@ def _eval_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
             "device": summary.get("device"),
             "evaluated_at": summary.get("evaluated_at"),
             "decoded_by": decoded_by(summary),
+            **{k: summary.get(k) for k in COVERAGE},
+            "excluded_by_reason": excluded_text(summary.get("excluded_by_reason")),
             "code_changed": ", ".join(summary.get("code_changed") or []) or None,
         }
     )
     return row
+
+
+def excluded_text(by_reason: Mapping[str, int] | None) -> str | None:
+    """``"8 too_long, 1 too_short"``: what ``evaluation.filter`` excluded; ``None`` for nothing.
+
+    >>> excluded_text({"too_long": 8, "too_short": 1})
+    '8 too_long, 1 too_short'
+    """
+    return ", ".join(f"{n} {r}" for r, n in (by_reason or {}).items() if n) or None
 
 
 def decoded_by(summary: Mapping[str, Any]) -> str | None:
@@ -314,6 +342,7 @@ def comparison_table(
     df[list(BASELINE_DIFF_COLUMNS)] = differences_vs_baseline(
         df, utterance_errors or {}, baseline, replicas=replicas
     )
+    df["not_compared"] = not_compared(df, baseline, replicas or {})
     return df
 
 
@@ -322,7 +351,18 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS, *BASELINE_DIFF_COLUMNS)
     for col in (*numeric, "audio_seconds", "decode_seconds", "effective_batch_seconds"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    for col in (*COUNTS, "steps", "epochs", "num_parameters", "world_size"):
+    for col in ("seconds_total", "seconds_excluded"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    for col in (
+        *COUNTS,
+        "utterances_total",
+        "utterances_scored",
+        "utterances_excluded",
+        "steps",
+        "epochs",
+        "num_parameters",
+        "world_size",
+    ):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in HASHES:  # text even where every value is missing (e.g. no start weights)
         df[col] = df[col].astype(object)
@@ -373,7 +413,8 @@ def check_contracts(df: pd.DataFrame) -> list[str]:
         cuts = sorted(group["eval_cuts_sha256"].dropna().unique())
         if len(cuts) > 1:
             notes.append(
-                f"eval set {eval_set}: evaluated on {len(cuts)} different cut manifests "
-                f"({', '.join(c[:SHORT] for c in cuts)}); ranked separately"
+                f"eval set {eval_set}: evaluated on {len(cuts)} different sets of utterances "
+                f"({', '.join(c[:SHORT] for c in cuts)}: other eval cuts, or an "
+                "evaluation.filter that excluded some); ranked separately"
             )
     return notes

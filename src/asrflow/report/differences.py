@@ -169,3 +169,44 @@ def _same_scoring(row: Mapping[str, Any], ref: Mapping[str, Any]) -> bool:
     return all(
         not pd.isna(row[k]) and row[k] == ref[k] for k in ("contract_sha256", "eval_cuts_sha256")
     )
+
+
+def not_compared(df: pd.DataFrame, baseline: str | None, replicas: Replicas) -> pd.Series:
+    """Why a current row has no WER difference to its run's selected artifact, or (a selected
+    row) to the baseline run's, though that reference was evaluated on the same eval set: the
+    two were scored on other eval cuts (another data revision, or another ``evaluation.filter``:
+    other utterances) or under another scoring contract; else their utterances or references
+    differ. ``None`` where there is nothing to explain."""
+    out = pd.Series(None, index=df.index, dtype=object)
+    current = df[df["current"].astype(bool) & (df["eval_set"] != "-")]
+    selected = current[current["selected"].astype(bool)]
+    chosen = {(r["run"], r["eval_set"]): r for _, r in selected.iterrows()}
+    group = replica_group(baseline, replicas) if baseline else []
+    base = {r["eval_set"]: r for _, r in selected.iterrows() if r["run"] in group}
+    for i, row in current.iterrows():
+        reasons = []
+        ref = chosen.get((row["run"], row["eval_set"]))
+        if ref is not None and pd.isna(row["wer_diff_vs_selected"]):
+            reasons.append(_why(row, ref, f"{ref['artifact']} (selected)"))
+        ref = base.get(row["eval_set"])
+        if row["selected"] and ref is not None and pd.isna(row["wer_diff_vs_baseline"]):
+            reasons.append(_why(row, ref, f"baseline {ref['run']}"))
+        text = "; ".join(r for r in reasons if r)
+        out.loc[i] = text or None
+    return out
+
+
+def _why(row: Mapping[str, Any], ref: Mapping[str, Any], name: str) -> str | None:
+    if pd.isna(row["wer"]) or pd.isna(ref["wer"]):
+        return None  # no WER (no reference words): nothing to compare
+    if row["contract_sha256"] != ref["contract_sha256"]:
+        return f"not compared with {name}: another scoring contract"
+    if row["eval_cuts_sha256"] != ref["eval_cuts_sha256"]:
+        partial = [
+            r["run"] + "/" + r["artifact"]
+            for r in (row, ref)
+            if not pd.isna(r.get("utterances_excluded")) and r["utterances_excluded"]
+        ]
+        what = f" (evaluation.filter excluded some of {', '.join(partial)})" if partial else ""
+        return f"not compared with {name}: scored on other utterances{what}"
+    return f"not compared with {name}: utterances or references differ"

@@ -46,7 +46,10 @@ INTERVAL_NOTE = (
     f"({BOOTSTRAP.resamples} resamples, seed {BOOTSTRAP.seed}). "
     "WER diff vs selected: this row's WER minus that of its run's selected artifact on the "
     "same eval set, in points, with the paired interval (utterances matched by ID); an interval "
-    "that excludes 0 is a difference at that level. The selected row's own is 0 [0, 0]."
+    "that excludes 0 is a difference at that level. The selected row's own is 0 [0, 0]. "
+    "Scored: utterances scored of the eval set (all of it, unless evaluation.filter excluded "
+    "some: such a WER is marked (partial) and is ranked and compared only with results on the "
+    "same utterances)."
 )
 """What the bracketed figures of the Markdown and HTML tables mean."""
 
@@ -102,11 +105,15 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
             "run": df["run"].map(_text),
             "artifact": df["artifact"].map(_text),
             "eval set": df["eval_set"].map(_text),
-            "WER %": _rate_cells(df, "wer"),
+            "WER %": [
+                f"{cell} (partial)" if cell and _partial(n) else cell
+                for cell, n in zip(_rate_cells(df, "wer"), df["utterances_excluded"], strict=True)
+            ],
             "CER %": _rate_cells(df, "cer"),
             "WER diff vs selected": _rate_cells(df, "wer_diff_vs_selected", "+"),
             "WER diff vs baseline": _rate_cells(df, "wer_diff_vs_baseline", "+"),
             "changed vs baseline": [_change(r) for r in df.itertuples()],
+            "scored": [_scored(r) for r in df.itertuples()],
             "rank": df["rank"].map(_text),
             "selected": df["selected"].map(lambda s: "yes" if s else ""),
             "status": df["status"].map(_text),
@@ -171,8 +178,27 @@ def _change(row: Any) -> str:
     return f"{CONFOUNDED} {text}" if not _missing(row.confounded) and row.confounded else text
 
 
+def _partial(excluded: Any) -> bool:
+    return not _missing(excluded) and int(excluded) > 0
+
+
+def _scored(row: Any) -> str:
+    """``"137/137"`` utterances scored of the eval set; with what ``evaluation.filter``
+    excluded (and its seconds) on a partial set; empty for summaries made before it was
+    recorded."""
+    if _missing(row.utterances_scored) or _missing(row.utterances_total):
+        return ""
+    text = f"{row.utterances_scored}/{row.utterances_total}"
+    if _partial(row.utterances_excluded):
+        seconds = "" if _missing(row.seconds_excluded) else f", {row.seconds_excluded:.1f} s"
+        text += f" (excluded: {_text(row.excluded_by_reason)}{seconds})"
+    return text
+
+
 def _notes(row: Any) -> str:
     notes = []
+    if not _missing(row.not_compared):
+        notes.append(row.not_compared)
     if not _missing(row.decoded_by):
         notes.append(f"same weights as {row.decoded_by}: decoded once")
     if not _missing(row.code_changed):
