@@ -102,8 +102,13 @@ CONFIG = {
             "resources": {"cpus_per_device": 2},
         }
     },
-    # the demo config's decoding: the rule word_lm and the lexicon + bigram search in the DAG
-    "evaluation": {"decoding": {"mode": "lexicon_lm", "beam_size": 10}},
+    # the demo config's decoding: the rule word_lm and the lexicon + bigram search in the DAG;
+    # the test split's longest utterance (3.6 s) is decoded in windows
+    "evaluation": {
+        "decoding": {"mode": "lexicon_lm", "beam_size": 10},
+        "window_seconds": 3.0,
+        "window_overlap_seconds": 1.0,
+    },
 }
 
 
@@ -264,9 +269,22 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     train = load_cuts(trained / "results/data/tiny/filtered/train.jsonl.gz")
     assert json.loads(word_lm.read_text())["sentences"] == len(train)
     assert (run / "lm/word_counts.json.prov.json").is_file()
+    validated = {
+        s: [c.id for c in load_cuts(trained / f"results/data/tiny/validated/{s}.jsonl.gz")]
+        for s in ("dev", "test")
+    }
+    filtered_dev = load_cuts(trained / "results/data/tiny/filtered/dev.jsonl.gz")
+    assert len(filtered_dev) < len(validated["dev"])  # the training filter drops a 0.24-s one
     for artifact in artifacts:
         for eval_set in ("tiny.dev", "tiny.test"):
             summary = json.loads((run / "eval" / artifact / eval_set / "summary.json").read_text())
+            # issue 30: the whole eval set is scored, not what the training filter kept
+            ids = validated[eval_set.split(".")[1]]
+            scored = pd.read_csv(run / "eval" / artifact / eval_set / "utterances.csv")["id"]
+            assert sorted(scored) == sorted(ids)
+            assert summary["utterances_scored"] == summary["utterances_total"] == len(ids)
+            assert summary["utterances_excluded"] == 0 and summary["complete"] is True
+            assert summary["decoding"]["window_seconds"] == 3.0
             assert summary["decoding"]["mode"] == "lexicon_lm"
             assert summary["word_lm_sha256"] == sha256_file(word_lm)
             assert summary["dtype"] == "bfloat16" and summary["autocast"] is False
@@ -302,7 +320,9 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     )
     assert (chosen[["wer_diff_vs_selected", "wer_diff_vs_selected_ci_high"]] == 0).all().all()
     assert (table["wer_diff_vs_selected_ci_low"] <= table["wer_diff_vs_selected"]).all()
-    assert "tiny_ctc" in (trained / "results/report/comparison.md").read_text()
+    markdown = (trained / "results/report/comparison.md").read_text()
+    assert "tiny_ctc" in markdown and "| 15/15 |" in markdown and "(partial)" not in markdown
+    assert (table["utterances_scored"] == 15).all() and (table["utterances_excluded"] == 0).all()
     plots = trained / "results/report/plots/tiny_ctc"
     for name in ("learning_curves.png", "tiny.dev.slices.png", "tiny.test.slices.png"):
         # the learning curves from a real run's metrics.csv (tests/report/test_plots.py has the
@@ -482,6 +502,23 @@ def test_a_dev_transcript_change_reruns_training_but_not_the_tokenizer(trained):
         jobs = dry_run(trained)
         assert rule_counts(jobs) == {"filter_split": 1, **DOWNSTREAM_OF_TRAIN}
         assert "filter_split[corpus=tiny, split=dev]" in jobs
+    _settle(trained)
+
+
+def test_a_train_filter_change_that_keeps_train_and_dev_changes_no_evaluation(trained):
+    """Issue 30: the training filter shapes what is trained on, never an eval set. A bound that
+    removes only the test split's longest utterance (3.6 s; train and dev are at most 3.3 and
+    2.6 s) reruns the three filter jobs and nothing after them."""
+    config = trained / "config.yaml"
+    with _restored(config):
+        cfg = yaml.safe_load(config.read_text())
+        cfg["corpora"]["tiny"]["filter"] = {"max_duration": 3.5}
+        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        ran = executed(snakemake(trained))
+        assert rule_counts(ran) == {"filter_split": 3}, ran
+        report = json.loads((trained / "results/data/tiny/filtered/test.report.json").read_text())
+        assert report["removed_by_reason"]["too_long"] == 1
+    snakemake(trained, "--until", "filter_split")  # the default bounds back
     _settle(trained)
 
 
