@@ -151,9 +151,16 @@ def test_nemo_manifest_with_a_bom_is_read_with_a_warning(nemo_corpus, caplog):
 def test_nemo_json_error_names_the_column(nemo_corpus):
     manifest = nemo_corpus()["dev"]
     lines = manifest.read_text().splitlines()
-    lines[2] = lines[2][:-1]  # no closing brace
+    lines[2] = lines[2][:-1]  # no closing brace: named where the line ends (was column 1)
     manifest.write_text("\n".join(lines) + "\n")
-    with pytest.raises(AsrflowError, match=rf"{manifest}:3: not valid JSON at column \d+"):
+    with pytest.raises(
+        AsrflowError,
+        match=rf"{manifest}:3: not valid JSON at column {len(lines[2]) + 1}, the end of the line",
+    ):
+        import_nemo(manifest)
+    lines[2] = lines[2].replace(": ", ":: ", 1) + "}"  # inside the line: its column
+    manifest.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AsrflowError, match=rf"{manifest}:3: not valid JSON at column \d+ \("):
         import_nemo(manifest)
 
 

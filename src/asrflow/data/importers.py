@@ -17,7 +17,6 @@ itself, never against the working directory, so a corpus can be moved as a whole
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -25,18 +24,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lhotse import CutSet, MonoCut
+from lhotse import MonoCut
 from lhotse.utils import add_durations, compute_num_samples
 
 from asrflow.data.audio import AudioInfo, read_audio_infos
 from asrflow.data.cuts import ORIGIN, SEGMENT, make_cut
 from asrflow.data.kaldi_dir import HINT as KALDI_HINT
 from asrflow.data.kaldi_dir import KaldiDir, check_tables, read_tables
+from asrflow.data.lhotse_import import import_lhotse
 from asrflow.data.manifest_text import (
     ENCODING_HINT,
     _hint,
     _problem,
     _raise_problems,
+    json_line,
     read_text_lines,
 )
 from asrflow.errors import AsrflowError
@@ -137,10 +138,9 @@ def _nemo_rows(
         if not line.strip():
             continue
         where = f"{manifest}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(_problem(where, f"not valid JSON at column {exc.colno} ({exc.msg})"))
+        row, bad_json = json_line(line)
+        if bad_json is not None:
+            problems.append(_problem(where, bad_json))
             continue
         if not isinstance(row, dict):
             problems.append(_problem(where, "a line must be a JSON object"))
@@ -251,43 +251,6 @@ def _kaldi_cut(
     )
 
 
-def import_lhotse(manifest: Pathlike) -> list[MonoCut]:
-    """Import a Lhotse CutSet manifest (``.jsonl`` or ``.jsonl.gz``).
-
-    Cuts with several supervisions are split into one cut per supervision; supervision custom
-    fields are kept and ``origin`` names the manifest line.
-    """
-    manifest = Path(manifest)
-    out: list[MonoCut] = []
-    for lineno, cut in enumerate(CutSet.from_file(manifest), start=1):
-        pieces = (
-            cut.trim_to_supervisions(keep_overlapping=False) if len(cut.supervisions) > 1 else [cut]
-        )
-        for piece in pieces:
-            sup = piece.supervisions[0] if piece.supervisions else None
-            custom = dict(sup.custom or {}) if sup is not None else {}
-            custom[ORIGIN] = f"{manifest}:{lineno}"
-            rec = piece.recording
-            if piece.start > 0 or piece.duration < rec.duration - 1e-3:
-                custom[SEGMENT] = True
-            audio = rec.sources[0].source
-            info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
-            out.append(
-                _cut(
-                    utt_id=sup.id if sup is not None else piece.id,
-                    audio=audio,
-                    info=info,
-                    offset=piece.start,
-                    duration=piece.duration,
-                    text=(sup.text if sup is not None else "") or "",
-                    speaker=sup.speaker if sup is not None else None,
-                    custom=custom,
-                )
-            )
-    log.info("imported %d utterances from %s", len(out), manifest)
-    return out
-
-
 def import_manifest(
     fmt: str, path: Pathlike, *, sampling_rate: Hz = 16000, threads: int = 16
 ) -> list[MonoCut]:
@@ -297,5 +260,5 @@ def import_manifest(
     if fmt == "kaldi":
         return import_kaldi(path, sampling_rate=sampling_rate, threads=threads)
     if fmt == "lhotse":
-        return import_lhotse(path)
+        return import_lhotse(path, threads=threads)
     raise AsrflowError(f"unknown manifest format {fmt!r}; use one of nemo, kaldi, lhotse")
