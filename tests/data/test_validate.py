@@ -235,3 +235,49 @@ def test_kaldi_rate_mismatch_hint_points_at_the_declared_rate(tmp_path):
     assert "is 8000 Hz but the manifest reads it as 16000 Hz" in issue.message
     assert "declare corpora.calls.sampling_rate: 8000" in issue.hint
     assert "re-import" not in issue.hint
+
+
+def _same_audio(second: int, text: str | None = None):
+    """Mutation: train line ``second`` (0-based) reads train line 1's audio, under its own ID."""
+
+    def mutate(rows):
+        first, other = rows["train"][0], rows["train"][second]
+        other.update(audio_filepath=first["audio_filepath"], duration=first["duration"])
+        if text is not None:
+            other["text"] = text
+
+    return mutate
+
+
+def test_one_audio_under_two_ids_with_two_transcripts_is_an_error(nemo_corpus):
+    """Issue 30: the leakage check looked only across splits; inside one it passed."""
+    manifests = nemo_corpus(_same_audio(3))
+    report = validate_splits("c", load(manifests))
+    (issue,) = [i for i in report.errors if i.code == "audio_two_ids"]
+    train = manifests["train"]
+    assert issue.where == f"{train}:4" and issue.item == "utterance train-b-0"
+    assert f"is also utterance train-a-0 ({train}:1), with another transcript" in issue.message
+    assert "'hello b number zero' here, 'hello a number zero' there" in issue.message
+
+
+def test_one_audio_under_two_ids_with_one_transcript_warns(nemo_corpus):
+    manifests = nemo_corpus(_same_audio(3, text="Hello a number zero"))
+    report = validate_splits("c", load(manifests))
+    assert report.ok, report.to_text()
+    (issue,) = [i for i in report.warnings if i.code == "audio_repeated"]
+    assert issue.where == f"{manifests['train']}:4"
+    assert "is also utterance train-a-0" in issue.message and "same transcript" in issue.message
+
+
+def test_segments_of_one_file_are_not_the_same_audio(tmp_path):
+    write_wav(tmp_path / "long.wav", 3.0)
+    rows = [
+        {"audio_filepath": "long.wav", "duration": 1.0, "offset": k * 1.0, "text": "same"}
+        for k in range(3)
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = validate_splits("c", {"train": import_nemo(tmp_path / "m.jsonl")})
+    assert not {i.code for i in report.errors + report.warnings} & {
+        "audio_two_ids",
+        "audio_repeated",
+    }

@@ -21,6 +21,8 @@ errors
     ``segment_outside``      offset + duration lies beyond the end of the audio.
     ``duplicate_id``         the utterance ID occurs twice (in one split or across splits).
     ``audio_in_two_splits``  the same audio file is used by two splits.
+    ``audio_two_ids``        the same audio (a file, or one stretch of it) is two utterances of
+                             one split with different transcripts: one of them is wrong.
     ``group_in_two_splits``  a speaker/session (``group_fields``) occurs in two splits and the
                              field is not listed in ``allow_group_overlap``.
 warnings
@@ -30,6 +32,8 @@ warnings
     ``digits_and_words``     numbers are written as digits in some transcripts and as words in
                              others.
     ``unseen_characters``    characters in dev/test that never occur in train.
+    ``audio_repeated``       the same audio is two utterances of one split with the same
+                             transcript (a repeated line: it trains twice).
 """
 
 from __future__ import annotations
@@ -193,6 +197,44 @@ def check_audio_leakage(splits: Splits, **_: Any) -> Iterable[Issue]:
                 )
 
 
+def check_audio_reuse(
+    splits: Splits, normalization: TextNormalization, **_: Any
+) -> Iterable[Issue]:
+    """No audio (a whole file, or the same stretch of one) is two utterances of one split: with
+    another transcript that is an error (one of the two is wrong), with the same a warning."""
+    resolve = _path_resolver()
+    for split, cuts in splits.items():
+        first: dict[tuple[str, float, float], Cut] = {}
+        for cut in cuts:
+            path = resolve(audio_path(cut))
+            other = first.setdefault((path, round(cut.start, 3), round(cut.duration, 3)), cut)
+            if other is cut:
+                continue
+            audio = (
+                f"audio {path} ({cut.start:.3f}-{cut.start + cut.duration:.3f} s) is also "
+                f"utterance {other.id} ({origin(other)})"
+            )
+            if normalize(text(cut), normalization) == normalize(text(other), normalization):
+                yield make_issue(
+                    "warning",
+                    "audio_repeated",
+                    split,
+                    cut,
+                    f"{audio}, with the same transcript",
+                    "a repeated line trains on the same utterance twice: remove one of them",
+                )
+            else:
+                yield make_issue(
+                    "error",
+                    "audio_two_ids",
+                    split,
+                    cut,
+                    f"{audio}, with another transcript ({text(cut)!r} here, {text(other)!r} there)",
+                    "one audio has one transcript: fix the line whose audio path or transcript "
+                    "is wrong, or remove it",
+                )
+
+
 def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> Iterable[Issue]:
     """No speaker/session (``group_fields``) spans two splits unless explicitly allowed."""
     for name in config.group_fields:
@@ -298,6 +340,7 @@ CHECKS: tuple[Callable[..., Iterable[Issue]], ...] = (
     check_text,
     check_unique_ids,
     check_audio_leakage,
+    check_audio_reuse,
     check_group_leakage,
     check_conventions,
 )
