@@ -186,3 +186,19 @@ def test_truncated_wav_keeps_what_its_header_declares(tmp_path):
     wav.write_bytes(wav.read_bytes()[: 44 + 2 * 6000])
     info = read_audio_info(wav)
     assert (info.num_samples, info.header_samples) == (6000, 16000)
+
+
+def test_nemo_negative_offset_is_refused_with_its_line(tmp_path):
+    """Issue 30: it was imported as ID long--0000500 and reported by Lhotse's check as
+    "start ... (got -0.5)"."""
+    write_wav(tmp_path / "long.wav", 2.0)
+    rows = [
+        {"audio_filepath": "long.wav", "duration": 1.0, "offset": 0.5, "text": "a"},
+        {"audio_filepath": "long.wav", "duration": 1.0, "offset": -0.5, "text": "b"},
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(AsrflowError) as err:
+        import_nemo(tmp_path / "m.jsonl")
+    message = str(err.value)
+    assert f"{tmp_path / 'm.jsonl'}:2: offset must not be negative (got -0.5)" in message
+    assert "--0000500" not in message and ":1:" not in message

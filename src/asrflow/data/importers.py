@@ -151,9 +151,18 @@ def _nemo_rows(
             continue
         try:
             float(row["duration"])
-            float(row.get("offset", 0.0))
+            offset = float(row.get("offset", 0.0) or 0.0)
         except (TypeError, ValueError):
             problems.append(_problem(where, "duration/offset must be numbers"))
+            continue
+        if offset < 0:
+            problems.append(
+                _problem(
+                    where,
+                    f"offset must not be negative (got {row['offset']}): it is where the "
+                    "utterance starts in its audio file, in seconds",
+                )
+            )
             continue
         rows.append((lineno, row, audio_path(str(row["audio_filepath"]))))
     return rows
