@@ -249,7 +249,7 @@ CASES = [
          write_bytes(1, "junk.wav", b"this is not audio" * 50),
          (r"junk.wav cannot be opened",), ("train", 2), split="train"),
     Case("zero_byte_audio", IMPORT, "import_manifest", write_bytes(2, "empty.wav", b""),
-         (r"empty.wav cannot be opened",), ("train", 3), split="train"),
+         (r"empty.wav is an empty file \(0 bytes\)",), ("train", 3), split="train"),
     Case("kaldi_pipe", KALDI, "import_manifest",
          kaldi({"wav.scp": "r1 sox {a} -t wav - |\nr2\n"}),
          (r"wav.scp:1: recording r1 is a pipe command", "convert piped audio to files")),

@@ -202,3 +202,21 @@ def test_nemo_negative_offset_is_refused_with_its_line(tmp_path):
     message = str(err.value)
     assert f"{tmp_path / 'm.jsonl'}:2: offset must not be negative (got -0.5)" in message
     assert "--0000500" not in message and ":1:" not in message
+
+
+def test_zero_byte_audio_is_named_an_empty_file(nemo_corpus, tmp_path):
+    """Issue 30: libsndfile's "Format not recognised" hid that the file was empty."""
+    manifest = nemo_corpus()["dev"]
+    (tmp_path / "corpus/audio/dev-d-1.wav").write_bytes(b"")
+    with pytest.raises(AsrflowError) as err:
+        import_nemo(manifest)
+    assert f"{manifest}:2: audio {tmp_path / 'corpus/audio/dev-d-1.wav'} is an empty file " in (
+        str(err.value)
+    )
+    assert "(0 bytes)" in str(err.value) and "Format not recognised" not in str(err.value)
+    d = _kaldi_dir(tmp_path)
+    (tmp_path / "r2.wav").write_bytes(b"")
+    with pytest.raises(
+        AsrflowError, match=r"wav.scp:2: audio .*r2.wav of recording r2 is an empty"
+    ):
+        import_kaldi(d, sampling_rate=16000)

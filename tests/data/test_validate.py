@@ -80,6 +80,16 @@ def test_audio_that_vanished_after_import(nemo_corpus, tmp_path):
     assert codes(report.errors) == ["audio_unreadable"]
 
 
+def test_audio_emptied_after_import_is_named_an_empty_file(nemo_corpus, tmp_path):
+    splits = load(nemo_corpus())
+    (tmp_path / "corpus/audio/dev-d-1.wav").write_bytes(b"")
+    (issue,) = validate_splits("c", splits).errors
+    assert issue.code == "audio_unreadable"
+    assert issue.message.endswith(
+        "dev-d-1.wav is an empty file (0 bytes): copy it again from its source"
+    )
+
+
 def test_truncated_wav_is_caught_by_the_header_read(nemo_corpus, tmp_path):
     splits = load(nemo_corpus())
     wav = tmp_path / "corpus/audio/dev-d-2.wav"

@@ -27,7 +27,7 @@ from typing import Any
 from lhotse import MonoCut
 from lhotse.utils import add_durations, compute_num_samples
 
-from asrflow.data.audio import AudioInfo, read_audio_infos
+from asrflow.data.audio import AudioInfo, read_audio_infos, unreadable
 from asrflow.data.cuts import ORIGIN, SEGMENT, make_cut
 from asrflow.data.kaldi_dir import HINT as KALDI_HINT
 from asrflow.data.kaldi_dir import KaldiDir, check_tables, read_tables
@@ -113,8 +113,7 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
         info = infos[audio]
         where = f"{manifest}:{lineno}"
         if isinstance(info, Exception):
-            reason = "does not exist" if not Path(audio).exists() else f"cannot be opened ({info})"
-            problems.append(_problem(where, f"audio {audio} {reason}"))
+            problems.append(_problem(where, f"audio {audio} {unreadable(audio, info)}"))
             continue
         cuts.append(_nemo_cut(row, audio, info, where))
     _raise_problems(
@@ -214,8 +213,7 @@ def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> li
     problems += [
         _problem(
             f"{wav_scp}:{kaldi.wav_lines[rid].lineno}",
-            f"audio {path} of recording {rid} "
-            + ("does not exist" if not Path(path).exists() else "cannot be opened"),
+            f"audio {path} of recording {rid} {unreadable(path, infos[path])}",
         )
         for rid, path in kaldi.audio.items()
         if isinstance(infos[path], Exception)

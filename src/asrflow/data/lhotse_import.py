@@ -19,7 +19,7 @@ from lhotse.cut import Cut
 from lhotse.cut.data import DataCut
 from lhotse.serialization import deserialize_item
 
-from asrflow.data.audio import AudioInfo, read_audio_infos
+from asrflow.data.audio import AudioInfo, read_audio_infos, unreadable
 from asrflow.data.cuts import ORIGIN, SEGMENT, make_cut
 from asrflow.data.manifest_text import (
     _hint,
@@ -159,8 +159,7 @@ def _audio_problem(cut: Cut, infos: dict[str, AudioInfo | Exception]) -> str | N
     info = infos[path]
     if not isinstance(info, Exception):
         return None
-    reason = "does not exist" if not Path(path).exists() else f"cannot be opened ({info})"
-    return f"audio {path} {reason}"
+    return f"audio {path} {unreadable(path, info)}"
 
 
 def _asrflow_cuts(cut: Cut, where: str) -> list[MonoCut]:
