@@ -306,7 +306,8 @@ CASES = [
          kaldi({}, rate=8000, declared=16000),
          (r"is 8000 Hz but corpora.\w+.sampling_rate declares 16000 Hz",)),
     Case("empty_split", "empty_split", "validate_corpus", empty_manifest,
-         ("split 'dev' has 0 utterances", "remove the split")),
+         ("split 'dev' has 0 utterances", r"is \S*/dev\.jsonl empty, or every line",
+          "remove the split")),
     # filtering: every utterance of a split removed
     Case("filter_empties_split", "filter", "filter_split", every_dev_text_too_long,
          ("the filter removed all 9 utterances of split", "too_many_chars_per_second",

@@ -132,6 +132,18 @@ def test_header_only_wav_blames_the_file_not_the_line(nemo_corpus, tmp_path):
     assert "not the manifest line" in report.errors[0].hint
 
 
+def test_empty_split_names_its_manifest(nemo_corpus):
+    """Issue 30: the message named the split, not the file to fix."""
+    manifests = nemo_corpus()
+    manifests["test"].write_text("\n")
+    report = validate_splits(
+        "c", load(manifests), manifests={s: str(p) for s, p in manifests.items()}
+    )
+    (issue,) = report.errors
+    assert issue.format().startswith(f"{manifests['test']} [test] split test: split 'test' has 0")
+    assert f"is {manifests['test']} empty, or every line blank?" in issue.hint
+
+
 def test_empty_split_is_an_error_naming_it(nemo_corpus):
     """Issue 12, item 3: an empty test.jsonl passed with "0 utterances"."""
     manifests = nemo_corpus()

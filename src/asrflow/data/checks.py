@@ -42,7 +42,7 @@ import logging
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,19 +102,23 @@ NUMBER_WORDS = frozenset(
 )
 
 
-def check_split_sizes(splits: Splits, **_: Any) -> Iterable[Issue]:
-    """No split is empty (an empty train split would only fail later, in the tokenizer)."""
+def check_split_sizes(
+    splits: Splits, manifests: Mapping[str, str] | None = None, **_: Any
+) -> Iterable[Issue]:
+    """No split is empty (an empty train split would only fail later, in the tokenizer); the
+    issue is placed at the split's manifest when ``manifests`` (split -> manifest) has it."""
     for split, cuts in splits.items():
         if not cuts:
+            manifest = (manifests or {}).get(split)
             yield Issue(
                 "error",
                 "empty_split",
                 split,
-                split,
+                manifest or split,
                 f"split {split}",
                 f"split {split!r} has 0 utterances",
-                "give it a manifest with utterances (is the file empty, or every line blank?), "
-                "or remove the split from the corpus in the config",
+                f"give it a manifest with utterances (is {manifest or 'the file'} empty, or every "
+                "line blank?), or remove the split from the corpus in the config",
             )
 
 
