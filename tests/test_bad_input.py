@@ -241,6 +241,8 @@ CASES = [
     Case("latin1", IMPORT, "import_manifest",
          transform_line("dev", 4, lambda b: b.replace(b'"hello', b'"h\xe9llo')),
          (r"not UTF-8: byte 0xe9 at column \d+", "iconv"), ("dev", 5)),
+    Case("negative_offset", IMPORT, "import_manifest", edit("dev", 5, offset=-0.5),
+         (r"offset must not be negative \(got -0.5\)",), ("dev", 6)),
     Case("missing_audio", IMPORT, "import_manifest",
          edit("train", 0, audio_filepath="/nowhere/x.wav"),
          ("audio /nowhere/x.wav does not exist", "Fix the paths or remove the lines"),
@@ -251,8 +253,14 @@ CASES = [
     Case("zero_byte_audio", IMPORT, "import_manifest", write_bytes(2, "empty.wav", b""),
          (r"empty.wav is an empty file \(0 bytes\)",), ("train", 3), split="train"),
     Case("kaldi_pipe", KALDI, "import_manifest",
-         kaldi({"wav.scp": "r1 sox {a} -t wav - |\nr2\n"}),
+         kaldi({"wav.scp": "r1 sox {a} -t wav - |\nr2\nr1 {a}\n",
+                "text": "r1 hello there\nr3 hi\n"}),
          (r"wav.scp:1: recording r1 is a pipe command", "convert piped audio to files")),
+    Case("kaldi_recording_twice", KALDI, "import_manifest", lambda c: None,
+         (r"wav.scp:3: recording r1 is listed twice in wav.scp, at lines 1 and 3",
+          "validate_data_dir.sh")),
+    Case("kaldi_text_of_no_recording", KALDI, "import_manifest", lambda c: None,
+         (r"text:2: utterance r3 is not a recording in wav.scp",)),
     Case("kaldi_no_path", KALDI, "import_manifest", lambda c: None,
          (r"wav.scp:2: expected '<recording-id> <path>'",)),
     Case("kaldi_latin1", "kaldi_encoding", "import_manifest", kaldi({"text": "r1 caf\xe9\n"}),
@@ -279,6 +287,11 @@ CASES = [
          lambda c: c.rows["dev"][6].update(
              audio_filepath=c.rows["train"][5]["audio_filepath"], duration=1.5),
          ("is also used in split train", "keep each recording in one split"), ("dev", 7)),
+    Case("audio_two_ids", VALID, "validate_corpus",
+         lambda c: c.rows["train"][4].update(
+             audio_filepath=c.rows["train"][0]["audio_filepath"], duration=1.0),
+         (r"is also utterance train-a-0 \(\S+:1\), with another transcript",
+          "one audio has one transcript"), ("train", 5)),
     Case("speaker_two_splits", VALID, "validate_corpus", edit("dev", 7, speaker="a"),
          ("speaker 'a' occurs in splits dev, train", "allow_group_overlap"), ("dev", 8)),
     Case("session_two_splits", VALID, "validate_corpus", edit("dev", 8, session="b_s1"),
@@ -320,6 +333,11 @@ CASES = [
          warning=True),
     Case("digits_and_words", WARN, "validate_corpus", digits,
          ("write numbers as digits",), warning=True),
+    Case("audio_repeated", WARN, "validate_corpus",
+         lambda c: c.rows["train"][5].update(
+             {k: c.rows["train"][6][k] for k in ("audio_filepath", "duration", "text")}),
+         (r"utterance train-c-0: audio \S+ \(0.000-1.000 s\) is also utterance train-b-2 "
+          r"\(\S+:6\), with the same transcript",), warning=True),
     Case("unseen_characters", WARN, "validate_corpus", lambda c: None,
          ("occur in dev but never in train",), warning=True),
 ]  # fmt: skip
