@@ -14,6 +14,7 @@ what to do.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,10 @@ class Line:
     lineno: int
     key: str
     value: str
+
+
+At = Callable[[str, Line], str]
+"""``at(table, line)``: ``"<data dir>/<table>:<line number>"``, where a problem is."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ def check_tables(
     return KaldiDir(data_dir, audio, wav, segments, utterances, text, speakers)
 
 
-def _locator(data_dir: Path):
+def _locator(data_dir: Path) -> At:
     def at(table: str, line: Line) -> str:
         return f"{data_dir / table}:{line.lineno}"
 
@@ -177,7 +182,7 @@ def _table(
     return out
 
 
-def _wav_scp_audio(wav: dict[str, Line], at, problems: list[str]) -> dict[str, str]:
+def _wav_scp_audio(wav: dict[str, Line], at: At, problems: list[str]) -> dict[str, str]:
     """Recording ID -> audio path of every wav.scp line that names a file; each line that does
     not (no path, a pipe command) is a problem."""
     audio: dict[str, str] = {}
@@ -194,7 +199,7 @@ def _wav_scp_audio(wav: dict[str, Line], at, problems: list[str]) -> dict[str, s
 
 
 def _segments(
-    lines: dict[str, Line], wav: dict[str, Line], at, problems: list[str]
+    lines: dict[str, Line], wav: dict[str, Line], at: At, problems: list[str]
 ) -> dict[str, Segment]:
     """The well-formed ``segments`` lines of known recordings; each other line is a problem."""
     out: dict[str, Segment] = {}
@@ -241,7 +246,7 @@ def _cover(
     what: str,
     utterances: dict[str, Line],
     utterance_table: str,
-    at,
+    at: At,
     problems: list[str],
 ) -> None:
     """Table ``name`` has a line (the utterance's ``what``) for every utterance."""
@@ -257,7 +262,14 @@ def _cover(
             )
 
 
-def _known(lines: dict[str, Line], name: str, known, unknown: str, at, problems: list[str]) -> None:
+def _known(
+    lines: dict[str, Line],
+    name: str,
+    known: Collection[str],
+    unknown: str,
+    at: At,
+    problems: list[str],
+) -> None:
     """Every key of table ``name`` is in ``known``, else ``unknown`` (a message with ``{key}``)
     at its line."""
     for key, line in lines.items():
@@ -269,7 +281,7 @@ def _check_speaker_tables(
     data_dir: Path,
     tables: dict[str, list[tuple[int, str]]],
     utt2spk: dict[str, Line],
-    at,
+    at: At,
     problems: list[str],
 ) -> None:
     """``spk2utt`` is ``utt2spk`` inverted, and ``spk2gender`` names only its speakers."""
@@ -305,7 +317,7 @@ def _check_spk2utt(
     spk2utt: dict[str, Line],
     by_speaker: dict[str, set[str]],
     utt2spk: dict[str, Line],
-    at,
+    at: At,
     problems: list[str],
 ) -> None:
     regenerate = "regenerate it with utils/utt2spk_to_spk2utt.pl utt2spk > spk2utt"
