@@ -250,3 +250,17 @@ def test_a_fine_tuning_run_has_a_baseline_only_when_its_init_model_has_a_config(
     assert not runs.has_baseline(config, "r")
     del run["init"]
     assert not runs.has_baseline(config, "r")
+
+
+def test_split_sources_name_each_splits_manifest() -> None:
+    """Issue 30: what an empty split's message names (the holdout manifest for every split)."""
+    config = {
+        "corpora": {
+            "m": {"source": "nemo", "manifests": {"train": "d/train.jsonl", "dev": "d/dev.jsonl"}},
+            "h": {"source": "nemo", "holdout": {"manifest": "d/all.jsonl"}},
+        }
+    }
+    assert layout.split_sources(config, "m") == {"train": "d/train.jsonl", "dev": "d/dev.jsonl"}
+    assert layout.split_sources(config, "h") == dict.fromkeys(
+        ("train", "dev", "test"), "d/all.jsonl"
+    )

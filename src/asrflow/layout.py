@@ -219,6 +219,15 @@ def source_manifest(config: Config, name: str, part: str) -> str:
         raise AsrflowError(f"corpus {name!r} has no manifest for split {part!r}") from None
 
 
+def split_sources(config: Config, name: str) -> dict[str, str]:
+    """Split -> the manifest (or Kaldi dir) its utterances come from: the holdout manifest for
+    every split of a holdout corpus. For messages that must name the file a user can fix."""
+    return {
+        s: source_manifest(config, name, ALL if uses_holdout(config, name) else s)
+        for s in splits(config, name)
+    }
+
+
 def run(config: Config, name: str) -> Mapping[str, Any]:
     try:
         return config["runs"][name]

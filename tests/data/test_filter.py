@@ -183,3 +183,14 @@ def test_config_validation() -> None:
     ):
         with pytest.raises(AsrflowError):
             FilterConfig.from_dict(bad)
+
+
+def test_a_long_transcript_is_shortened_in_the_text_report_only() -> None:
+    """Issue 30: a 2,600-character transcript was printed whole in the text report."""
+    transcript = "palabra " * 325
+    _, report = filter_cuts([make_cut("long", 40.0, transcript)], FilterConfig(), NORM)
+    text = format_filter_report(report)
+    line = next(ln for ln in text.splitlines() if "train.jsonl:long" in ln)
+    assert line.endswith(f"... ({len(transcript)} characters)") and len(line) < 250
+    assert f"{transcript[:120]!r}" in line
+    assert report["examples"]["too_long"][0]["text"] == transcript  # the JSON keeps it whole

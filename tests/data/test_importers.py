@@ -151,9 +151,16 @@ def test_nemo_manifest_with_a_bom_is_read_with_a_warning(nemo_corpus, caplog):
 def test_nemo_json_error_names_the_column(nemo_corpus):
     manifest = nemo_corpus()["dev"]
     lines = manifest.read_text().splitlines()
-    lines[2] = lines[2][:-1]  # no closing brace
+    lines[2] = lines[2][:-1]  # no closing brace: named where the line ends (was column 1)
     manifest.write_text("\n".join(lines) + "\n")
-    with pytest.raises(AsrflowError, match=rf"{manifest}:3: not valid JSON at column \d+"):
+    with pytest.raises(
+        AsrflowError,
+        match=rf"{manifest}:3: not valid JSON at column {len(lines[2]) + 1}, the end of the line",
+    ):
+        import_nemo(manifest)
+    lines[2] = lines[2].replace(": ", ":: ", 1) + "}"  # inside the line: its column
+    manifest.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AsrflowError, match=rf"{manifest}:3: not valid JSON at column \d+ \("):
         import_nemo(manifest)
 
 
@@ -179,3 +186,37 @@ def test_truncated_wav_keeps_what_its_header_declares(tmp_path):
     wav.write_bytes(wav.read_bytes()[: 44 + 2 * 6000])
     info = read_audio_info(wav)
     assert (info.num_samples, info.header_samples) == (6000, 16000)
+
+
+def test_nemo_negative_offset_is_refused_with_its_line(tmp_path):
+    """Issue 30: it was imported as ID long--0000500 and reported by Lhotse's check as
+    "start ... (got -0.5)"."""
+    write_wav(tmp_path / "long.wav", 2.0)
+    rows = [
+        {"audio_filepath": "long.wav", "duration": 1.0, "offset": 0.5, "text": "a"},
+        {"audio_filepath": "long.wav", "duration": 1.0, "offset": -0.5, "text": "b"},
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(AsrflowError) as err:
+        import_nemo(tmp_path / "m.jsonl")
+    message = str(err.value)
+    assert f"{tmp_path / 'm.jsonl'}:2: offset must not be negative (got -0.5)" in message
+    assert "--0000500" not in message and ":1:" not in message
+
+
+def test_zero_byte_audio_is_named_an_empty_file(nemo_corpus, tmp_path):
+    """Issue 30: libsndfile's "Format not recognised" hid that the file was empty."""
+    manifest = nemo_corpus()["dev"]
+    (tmp_path / "corpus/audio/dev-d-1.wav").write_bytes(b"")
+    with pytest.raises(AsrflowError) as err:
+        import_nemo(manifest)
+    assert f"{manifest}:2: audio {tmp_path / 'corpus/audio/dev-d-1.wav'} is an empty file " in (
+        str(err.value)
+    )
+    assert "(0 bytes)" in str(err.value) and "Format not recognised" not in str(err.value)
+    d = _kaldi_dir(tmp_path)
+    (tmp_path / "r2.wav").write_bytes(b"")
+    with pytest.raises(
+        AsrflowError, match=r"wav.scp:2: audio .*r2.wav of recording r2 is an empty"
+    ):
+        import_kaldi(d, sampling_rate=16000)

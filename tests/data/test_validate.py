@@ -80,6 +80,16 @@ def test_audio_that_vanished_after_import(nemo_corpus, tmp_path):
     assert codes(report.errors) == ["audio_unreadable"]
 
 
+def test_audio_emptied_after_import_is_named_an_empty_file(nemo_corpus, tmp_path):
+    splits = load(nemo_corpus())
+    (tmp_path / "corpus/audio/dev-d-1.wav").write_bytes(b"")
+    (issue,) = validate_splits("c", splits).errors
+    assert issue.code == "audio_unreadable"
+    assert issue.message.endswith(
+        "dev-d-1.wav is an empty file (0 bytes): copy it again from its source"
+    )
+
+
 def test_truncated_wav_is_caught_by_the_header_read(nemo_corpus, tmp_path):
     splits = load(nemo_corpus())
     wav = tmp_path / "corpus/audio/dev-d-2.wav"
@@ -120,6 +130,18 @@ def test_header_only_wav_blames_the_file_not_the_line(nemo_corpus, tmp_path):
     report = validate_splits("c", load(manifests))
     assert codes(report.errors) == ["audio_empty"], report.to_text()
     assert "not the manifest line" in report.errors[0].hint
+
+
+def test_empty_split_names_its_manifest(nemo_corpus):
+    """Issue 30: the message named the split, not the file to fix."""
+    manifests = nemo_corpus()
+    manifests["test"].write_text("\n")
+    report = validate_splits(
+        "c", load(manifests), manifests={s: str(p) for s, p in manifests.items()}
+    )
+    (issue,) = report.errors
+    assert issue.format().startswith(f"{manifests['test']} [test] split test: split 'test' has 0")
+    assert f"is {manifests['test']} empty, or every line blank?" in issue.hint
 
 
 def test_empty_split_is_an_error_naming_it(nemo_corpus):
@@ -235,3 +257,49 @@ def test_kaldi_rate_mismatch_hint_points_at_the_declared_rate(tmp_path):
     assert "is 8000 Hz but the manifest reads it as 16000 Hz" in issue.message
     assert "declare corpora.calls.sampling_rate: 8000" in issue.hint
     assert "re-import" not in issue.hint
+
+
+def _same_audio(second: int, text: str | None = None):
+    """Mutation: train line ``second`` (0-based) reads train line 1's audio, under its own ID."""
+
+    def mutate(rows):
+        first, other = rows["train"][0], rows["train"][second]
+        other.update(audio_filepath=first["audio_filepath"], duration=first["duration"])
+        if text is not None:
+            other["text"] = text
+
+    return mutate
+
+
+def test_one_audio_under_two_ids_with_two_transcripts_is_an_error(nemo_corpus):
+    """Issue 30: the leakage check looked only across splits; inside one it passed."""
+    manifests = nemo_corpus(_same_audio(3))
+    report = validate_splits("c", load(manifests))
+    (issue,) = [i for i in report.errors if i.code == "audio_two_ids"]
+    train = manifests["train"]
+    assert issue.where == f"{train}:4" and issue.item == "utterance train-b-0"
+    assert f"is also utterance train-a-0 ({train}:1), with another transcript" in issue.message
+    assert "'hello b number zero' here, 'hello a number zero' there" in issue.message
+
+
+def test_one_audio_under_two_ids_with_one_transcript_warns(nemo_corpus):
+    manifests = nemo_corpus(_same_audio(3, text="Hello a number zero"))
+    report = validate_splits("c", load(manifests))
+    assert report.ok, report.to_text()
+    (issue,) = [i for i in report.warnings if i.code == "audio_repeated"]
+    assert issue.where == f"{manifests['train']}:4"
+    assert "is also utterance train-a-0" in issue.message and "same transcript" in issue.message
+
+
+def test_segments_of_one_file_are_not_the_same_audio(tmp_path):
+    write_wav(tmp_path / "long.wav", 3.0)
+    rows = [
+        {"audio_filepath": "long.wav", "duration": 1.0, "offset": k * 1.0, "text": "same"}
+        for k in range(3)
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = validate_splits("c", {"train": import_nemo(tmp_path / "m.jsonl")})
+    assert not {i.code for i in report.errors + report.warnings} & {
+        "audio_two_ids",
+        "audio_repeated",
+    }

@@ -155,6 +155,21 @@ def read_audio_info(path: Pathlike) -> AudioInfo:
     return info
 
 
+def unreadable(path: Pathlike, error: Exception, failed: str = "cannot be opened") -> str:
+    """Why the audio ``path`` could not be read (``error``), for a message: ``"does not exist"``,
+    ``"is an empty file (0 bytes)"`` (libsndfile says only "Format not recognised") or
+    ``"<failed> (<error>)"``."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError:
+        size = None
+    if size == 0:
+        return "is an empty file (0 bytes): copy it again from its source"
+    return f"{failed} ({error})"
+
+
 def read_audio_infos(paths: Iterable[str], threads: int = 16) -> dict[str, AudioInfo | Exception]:
     """Header-read many files in parallel; failures come back as the exception.
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from lhotse.cut import Cut
 from lhotse.qa import validate as lhotse_validate
 
-from asrflow.data.audio import AudioInfo
+from asrflow.data.audio import AudioInfo, unreadable
 from asrflow.data.cuts import SEGMENT, field
 from asrflow.data.issues import (
     Issue,
@@ -88,10 +87,8 @@ def _bad_audio_issue(split: str, cut: Cut, path: str, info: AudioInfo | Exceptio
     if isinstance(info, Exception):
         if isinstance(info, NonFiniteAudio):
             what = str(info)
-        elif not Path(path).exists():
-            what = "does not exist"
         else:
-            what = f"cannot be read: {info}"
+            what = unreadable(path, info, "cannot be read")
         return make_issue(
             "error",
             "audio_unreadable",

@@ -21,6 +21,8 @@ errors
     ``segment_outside``      offset + duration lies beyond the end of the audio.
     ``duplicate_id``         the utterance ID occurs twice (in one split or across splits).
     ``audio_in_two_splits``  the same audio file is used by two splits.
+    ``audio_two_ids``        the same audio (a file, or one stretch of it) is two utterances of
+                             one split with different transcripts: one of them is wrong.
     ``group_in_two_splits``  a speaker/session (``group_fields``) occurs in two splits and the
                              field is not listed in ``allow_group_overlap``.
 warnings
@@ -30,6 +32,8 @@ warnings
     ``digits_and_words``     numbers are written as digits in some transcripts and as words in
                              others.
     ``unseen_characters``    characters in dev/test that never occur in train.
+    ``audio_repeated``       the same audio is two utterances of one split with the same
+                             transcript (a repeated line: it trains twice).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import logging
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +102,23 @@ NUMBER_WORDS = frozenset(
 )
 
 
-def check_split_sizes(splits: Splits, **_: Any) -> Iterable[Issue]:
-    """No split is empty (an empty train split would only fail later, in the tokenizer)."""
+def check_split_sizes(
+    splits: Splits, manifests: Mapping[str, str] | None = None, **_: Any
+) -> Iterable[Issue]:
+    """No split is empty (an empty train split would only fail later, in the tokenizer); the
+    issue is placed at the split's manifest when ``manifests`` (split -> manifest) has it."""
     for split, cuts in splits.items():
         if not cuts:
+            manifest = (manifests or {}).get(split)
             yield Issue(
                 "error",
                 "empty_split",
                 split,
-                split,
+                manifest or split,
                 f"split {split}",
                 f"split {split!r} has 0 utterances",
-                "give it a manifest with utterances (is the file empty, or every line blank?), "
-                "or remove the split from the corpus in the config",
+                f"give it a manifest with utterances (is {manifest or 'the file'} empty, or every "
+                "line blank?), or remove the split from the corpus in the config",
             )
 
 
@@ -190,6 +198,44 @@ def check_audio_leakage(splits: Splits, **_: Any) -> Iterable[Issue]:
                     cut,
                     f"audio {path} is also used in split {first[0]} ({first[1]})",
                     "keep each recording in one split only",
+                )
+
+
+def check_audio_reuse(
+    splits: Splits, normalization: TextNormalization, **_: Any
+) -> Iterable[Issue]:
+    """No audio (a whole file, or the same stretch of one) is two utterances of one split: with
+    another transcript that is an error (one of the two is wrong), with the same a warning."""
+    resolve = _path_resolver()
+    for split, cuts in splits.items():
+        first: dict[tuple[str, float, float], Cut] = {}
+        for cut in cuts:
+            path = resolve(audio_path(cut))
+            other = first.setdefault((path, round(cut.start, 3), round(cut.duration, 3)), cut)
+            if other is cut:
+                continue
+            audio = (
+                f"audio {path} ({cut.start:.3f}-{cut.start + cut.duration:.3f} s) is also "
+                f"utterance {other.id} ({origin(other)})"
+            )
+            if normalize(text(cut), normalization) == normalize(text(other), normalization):
+                yield make_issue(
+                    "warning",
+                    "audio_repeated",
+                    split,
+                    cut,
+                    f"{audio}, with the same transcript",
+                    "a repeated line trains on the same utterance twice: remove one of them",
+                )
+            else:
+                yield make_issue(
+                    "error",
+                    "audio_two_ids",
+                    split,
+                    cut,
+                    f"{audio}, with another transcript ({text(cut)!r} here, {text(other)!r} there)",
+                    "one audio has one transcript: fix the line whose audio path or transcript "
+                    "is wrong, or remove it",
                 )
 
 
@@ -298,6 +344,7 @@ CHECKS: tuple[Callable[..., Iterable[Issue]], ...] = (
     check_text,
     check_unique_ids,
     check_audio_leakage,
+    check_audio_reuse,
     check_group_leakage,
     check_conventions,
 )

@@ -9,8 +9,9 @@ Conventions for the cuts asrflow writes (one per utterance):
 - every other manifest field (``session``, ``condition``, ``has_entity``, ...) sits in
   ``supervision.custom``; :func:`field` reads them, and ``speaker`` too;
 - ``supervision.custom["origin"]`` is ``"<manifest path>:<line>"`` so that errors can name the line;
-- ``supervision.custom["segment"]`` is true when the manifest gave an offset (or Kaldi segments),
-  i.e. the cut is a part of its audio file rather than the whole file.
+- ``supervision.custom["segment"]`` is true when the manifest gave an offset, i.e. the cut is a
+  part of its audio file rather than the whole file, and for every Kaldi utterance (its duration
+  is its segment's or its file's, not a declared one to check against the file).
 """
 
 from __future__ import annotations

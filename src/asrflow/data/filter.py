@@ -218,6 +218,17 @@ def _log_summary(report: Mapping[str, Any]) -> None:
         log.warning("filter: every cut was removed; check the filter bounds against the data")
 
 
+SHOWN_CHARS = 120
+"""The text report shows this much of a long transcript (the JSON report keeps it whole)."""
+
+
+def shortened(transcript: str, limit: int = SHOWN_CHARS) -> str:
+    """``repr(transcript)``, or its first ``limit`` characters, an ellipsis and its length."""
+    if len(transcript) <= limit:
+        return repr(transcript)
+    return f"{transcript[:limit]!r}... ({len(transcript)} characters)"
+
+
 def format_filter_report(report: Mapping[str, Any]) -> str:
     """The report as readable text (what :func:`write_filter_report` puts in the ``.txt``)."""
     cfg = report["config"]
@@ -256,7 +267,7 @@ def format_filter_report(report: Mapping[str, Any]) -> str:
         for row in rows:
             lines.append(
                 f"  {row['id']}  ({row['origin']})  {row['duration']} s, "
-                f"{row['chars_per_second']} chars/s: {row['text']!r}"
+                f"{row['chars_per_second']} chars/s: {shortened(row['text'])}"
             )
     return "\n".join(lines) + "\n"
 

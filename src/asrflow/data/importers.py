@@ -17,26 +17,27 @@ itself, never against the working directory, so a corpus can be moved as a whole
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lhotse import CutSet, MonoCut
-from lhotse.cut import Cut
-from lhotse.kaldi import load_kaldi_data_dir
+from lhotse import MonoCut
+from lhotse.utils import add_durations, compute_num_samples
 
-from asrflow.data.audio import AudioInfo, read_audio_infos
+from asrflow.data.audio import AudioInfo, read_audio_infos, unreadable
 from asrflow.data.cuts import ORIGIN, SEGMENT, make_cut
+from asrflow.data.kaldi_dir import HINT as KALDI_HINT
+from asrflow.data.kaldi_dir import KaldiDir, check_tables, read_tables
+from asrflow.data.lhotse_import import import_lhotse
 from asrflow.data.manifest_text import (
-    BOM,
     ENCODING_HINT,
     _hint,
     _problem,
     _raise_problems,
+    json_line,
     read_text_lines,
 )
 from asrflow.errors import AsrflowError
@@ -112,8 +113,7 @@ def import_nemo(manifest: Pathlike, threads: int = 16) -> list[MonoCut]:
         info = infos[audio]
         where = f"{manifest}:{lineno}"
         if isinstance(info, Exception):
-            reason = "does not exist" if not Path(audio).exists() else f"cannot be opened ({info})"
-            problems.append(_problem(where, f"audio {audio} {reason}"))
+            problems.append(_problem(where, f"audio {audio} {unreadable(audio, info)}"))
             continue
         cuts.append(_nemo_cut(row, audio, info, where))
     _raise_problems(
@@ -137,10 +137,9 @@ def _nemo_rows(
         if not line.strip():
             continue
         where = f"{manifest}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(_problem(where, f"not valid JSON at column {exc.colno} ({exc.msg})"))
+        row, bad_json = json_line(line)
+        if bad_json is not None:
+            problems.append(_problem(where, bad_json))
             continue
         if not isinstance(row, dict):
             problems.append(_problem(where, "a line must be a JSON object"))
@@ -151,9 +150,18 @@ def _nemo_rows(
             continue
         try:
             float(row["duration"])
-            float(row.get("offset", 0.0))
+            offset = float(row.get("offset", 0.0) or 0.0)
         except (TypeError, ValueError):
             problems.append(_problem(where, "duration/offset must be numbers"))
+            continue
+        if offset < 0:
+            problems.append(
+                _problem(
+                    where,
+                    f"offset must not be negative (got {row['offset']}): it is where the "
+                    "utterance starts in its audio file, in seconds",
+                )
+            )
             continue
         rows.append((lineno, row, audio_path(str(row["audio_filepath"]))))
     return rows
@@ -182,192 +190,72 @@ def _nemo_cut(row: dict[str, Any], audio: str, info: AudioInfo, where: str) -> M
     )
 
 
-KALDI_TABLES = (
-    "wav.scp",
-    "text",
-    "segments",
-    "utt2spk",
-    "spk2utt",
-    "spk2gender",
-    "utt2gender",
-    "utt2dur",
-    "reco2dur",
-    "utt2lang",
-)
-"""The text tables of a Kaldi data directory that asrflow (through Lhotse) reads."""
-
-
-def _line_numbers(lines: list[tuple[int, str]]) -> dict[str, int]:
-    """Map the first token of each line of a Kaldi table to its 1-based line number."""
-    found: dict[str, int] = {}
-    for lineno, line in lines:
-        key = line.split(maxsplit=1)[0] if line.strip() else None
-        if key is not None:
-            found.setdefault(key, lineno)
-    return found
-
-
-def _read_kaldi_tables(data_dir: Path, problems: list[str]) -> dict[str, list[tuple[int, str]]]:
-    """The lines of every table present (see :func:`read_text_lines`), by file name."""
-    return {
-        name: read_text_lines(data_dir / name, problems)
-        for name in KALDI_TABLES
-        if (data_dir / name).is_file()
-    }
-
-
-def _without_bom(data_dir: Path, tables: dict[str, list[tuple[int, str]]], tmp: Path) -> Path:
-    """``data_dir``, or a copy of its tables in ``tmp`` without their byte-order marks.
-
-    Lhotse reads the tables itself and would take a BOM for part of the first ID; the user's
-    files are never changed.
-    """
-    if not any((data_dir / name).read_bytes().startswith(BOM.encode()) for name in tables):
-        return data_dir
-    for name, lines in tables.items():
-        (tmp / name).write_text("".join(line for _, line in lines), encoding="utf-8")
-    return tmp
-
-
 def import_kaldi(data_dir: Pathlike, sampling_rate: Hz, threads: int = 16) -> list[MonoCut]:
-    """Import a Kaldi data directory (wav.scp, text, segments?, utt2spk?) through Lhotse.
+    """Import a Kaldi data directory (wav.scp, text, segments?, utt2spk?): one cut per utterance.
 
     ``sampling_rate`` is the rate declared for the corpus; the validation rule re-reads every
     header and reports files whose real rate differs. Pipe commands in wav.scp are not supported
     (asrflow must be able to hash and header-read every audio file). Every table must be UTF-8
-    (a leading byte-order mark is ignored with a warning).
+    (a leading byte-order mark is ignored with a warning), and every line of every table must
+    fit the others (:func:`asrflow.data.kaldi_dir.check_tables`); each one that does not is
+    named. Durations are what Lhotse's Kaldi loader makes of them: each file's, floored to the
+    millisecond, at ``sampling_rate``; a segment ending at -1 runs to the end of its file.
     """
     data_dir = Path(data_dir)
     wav_scp = data_dir / "wav.scp"
     if not wav_scp.is_file():
         raise AsrflowError(f"cannot import Kaldi data dir {data_dir}: {wav_scp} does not exist")
     problems: list[str] = []
-    tables = _read_kaldi_tables(data_dir, problems)
+    tables = read_tables(data_dir, problems)
     _raise_problems("Kaldi data dir", data_dir, problems, ENCODING_HINT)
-    scp_lines = _line_numbers(tables["wav.scp"])
-    audio = _wav_scp_audio(wav_scp, tables["wav.scp"], problems)
-    infos = read_audio_infos(audio.values(), threads=threads)
+    kaldi = check_tables(data_dir, tables, problems)
+    infos = read_audio_infos(kaldi.audio.values(), threads=threads)
     problems += [
         _problem(
-            f"{wav_scp}:{scp_lines[rid]}",
-            f"audio {path} of recording {rid} "
-            + ("does not exist" if not Path(path).exists() else "cannot be opened"),
+            f"{wav_scp}:{kaldi.wav_lines[rid].lineno}",
+            f"audio {path} of recording {rid} {unreadable(path, infos[path])}",
         )
-        for rid, path in audio.items()
+        for rid, path in kaldi.audio.items()
         if isinstance(infos[path], Exception)
     ]
     _raise_problems(
         "Kaldi data dir",
         data_dir,
         problems,
-        "List one readable audio file per recording in wav.scp (convert piped "
+        f"{KALDI_HINT}\nList one readable audio file per recording in wav.scp (convert piped "
         "audio to files first, e.g. with sox).",
     )
-    with tempfile.TemporaryDirectory(prefix="asrflow-kaldi-") as tmp:
-        recordings, supervisions, _ = load_kaldi_data_dir(
-            _without_bom(data_dir, tables, Path(tmp)),
-            sampling_rate=sampling_rate,
-            num_jobs=1,
-            use_reco2dur=False,
-        )
-    text_lines = _line_numbers(tables.get("text", []))
-    cuts = CutSet.from_manifests(recordings=recordings, supervisions=supervisions)
-    if supervisions is not None:
-        cuts = cuts.trim_to_supervisions(keep_overlapping=False)
-    out = [
-        _kaldi_cut(cut, supervisions is not None, data_dir, text_lines, scp_lines) for cut in cuts
-    ]
+    out = [_kaldi_cut(kaldi, utt, infos, sampling_rate) for utt in kaldi.utterances]
     log.info("imported %d utterances from %s", len(out), data_dir)
     return out
 
 
-def _wav_scp_audio(
-    wav_scp: Path, lines: list[tuple[int, str]], problems: list[str]
-) -> dict[str, str]:
-    """Recording ID -> audio path of every line of wav.scp that names a file; each line that
-    does not (too short, a pipe command) is added to ``problems``."""
-    audio: dict[str, str] = {}
-    for lineno, line in lines:
-        parts = line.split(maxsplit=1)
-        if not parts:
-            continue
-        if len(parts) < 2:
-            problems.append(_problem(f"{wav_scp}:{lineno}", "expected '<recording-id> <path>'"))
-        elif parts[1].rstrip().endswith("|"):
-            problems.append(
-                _problem(
-                    f"{wav_scp}:{lineno}", f"recording {parts[0]} is a pipe command, not a file"
-                )
-            )
-        else:
-            audio[parts[0]] = parts[1].strip()
-    return audio
-
-
 def _kaldi_cut(
-    cut: Cut,
-    segmented: bool,
-    data_dir: Path,
-    text_lines: dict[str, int],
-    scp_lines: dict[str, int],
+    kaldi: KaldiDir, utt: str, infos: dict[str, AudioInfo | Exception], sampling_rate: Hz
 ) -> MonoCut:
-    """The asrflow cut of one Lhotse cut of a Kaldi data dir (``segmented``: the dir has
-    supervisions), its origin the line of ``text`` or else of ``wav.scp``."""
-    sup = cut.supervisions[0] if cut.supervisions else None
-    utt_id = sup.id if sup is not None else cut.recording_id
-    line = text_lines.get(utt_id)
-    wav_scp = data_dir / "wav.scp"
-    where = f"{data_dir / 'text'}:{line}" if line else f"{wav_scp}:{scp_lines.get(utt_id, '?')}"
-    audio = cut.recording.sources[0].source
-    rec = cut.recording
-    info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
+    """The cut of utterance ``utt``, its origin its line of ``text``."""
+    audio = kaldi.audio[kaldi.recording(utt)]
+    info = infos[audio]
+    assert isinstance(info, AudioInfo)  # unreadable audio was refused
+    whole = math.floor(1000 * info.duration) / 1000  # as lhotse.kaldi.get_duration
+    offset, duration = 0.0, whole
+    if kaldi.segments is not None:
+        seg = kaldi.segments[utt]
+        end = whole if seg.end is None else seg.end
+        offset, duration = seg.start, add_durations(end, -seg.start, sampling_rate=sampling_rate)
+    where = f"{kaldi.path / 'text'}:{kaldi.text[utt].lineno}"
     return _cut(
-        utt_id=utt_id,
+        utt_id=utt,
         audio=audio,
-        info=info,
-        offset=cut.start,
-        duration=cut.duration,
-        text=(sup.text if sup is not None else "") or "",
-        speaker=sup.speaker if sup is not None else None,
-        custom={ORIGIN: where, SEGMENT: True} if segmented else {ORIGIN: where},
+        info=AudioInfo(sampling_rate, compute_num_samples(whole, sampling_rate), 1),
+        offset=offset,
+        duration=duration,
+        text=kaldi.text[utt].value,
+        speaker=kaldi.speakers.get(utt),
+        # a Kaldi utterance declares no duration of its own to check against its file's: what
+        # validation checks is that it lies inside the file (as before asrflow read the tables)
+        custom={ORIGIN: where, SEGMENT: True},
     )
-
-
-def import_lhotse(manifest: Pathlike) -> list[MonoCut]:
-    """Import a Lhotse CutSet manifest (``.jsonl`` or ``.jsonl.gz``).
-
-    Cuts with several supervisions are split into one cut per supervision; supervision custom
-    fields are kept and ``origin`` names the manifest line.
-    """
-    manifest = Path(manifest)
-    out: list[MonoCut] = []
-    for lineno, cut in enumerate(CutSet.from_file(manifest), start=1):
-        pieces = (
-            cut.trim_to_supervisions(keep_overlapping=False) if len(cut.supervisions) > 1 else [cut]
-        )
-        for piece in pieces:
-            sup = piece.supervisions[0] if piece.supervisions else None
-            custom = dict(sup.custom or {}) if sup is not None else {}
-            custom[ORIGIN] = f"{manifest}:{lineno}"
-            rec = piece.recording
-            if piece.start > 0 or piece.duration < rec.duration - 1e-3:
-                custom[SEGMENT] = True
-            audio = rec.sources[0].source
-            info = AudioInfo(rec.sampling_rate, rec.num_samples, rec.num_channels)
-            out.append(
-                _cut(
-                    utt_id=sup.id if sup is not None else piece.id,
-                    audio=audio,
-                    info=info,
-                    offset=piece.start,
-                    duration=piece.duration,
-                    text=(sup.text if sup is not None else "") or "",
-                    speaker=sup.speaker if sup is not None else None,
-                    custom=custom,
-                )
-            )
-    log.info("imported %d utterances from %s", len(out), manifest)
-    return out
 
 
 def import_manifest(
@@ -379,5 +267,5 @@ def import_manifest(
     if fmt == "kaldi":
         return import_kaldi(path, sampling_rate=sampling_rate, threads=threads)
     if fmt == "lhotse":
-        return import_lhotse(path)
+        return import_lhotse(path, threads=threads)
     raise AsrflowError(f"unknown manifest format {fmt!r}; use one of nemo, kaldi, lhotse")

@@ -64,11 +64,13 @@ def validate_corpus(
     threads: int = 4,
     sampling_rate: Hz | None = None,
     model_rates: Mapping[str, Hz] | None = None,
+    manifests: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Validate every split together; write the report, then (only if it passed) the cuts.
 
     ``sampling_rate``: the corpus's declared rate, if any; ``model_rates``: ``{run: rate}``
-    the frontends of the runs that use the corpus expect (see
+    the frontends of the runs that use the corpus expect; ``manifests``: split -> the user's
+    manifest it was imported from, for messages (see
     :func:`~asrflow.data.validate.validate_splits`).
 
     On errors the readable report is logged and :class:`~asrflow.errors.ValidationFailed`
@@ -83,6 +85,7 @@ def validate_corpus(
         TextNormalization.from_dict(normalization),
         sampling_rate=sampling_rate,
         model_rates=model_rates,
+        manifests=manifests,
     )
     text = report.to_text()
     log.info("\n%s", text)

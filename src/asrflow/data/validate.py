@@ -176,12 +176,14 @@ def validate_splits(
     *,
     sampling_rate: int | None = None,
     model_rates: Mapping[str, int] | None = None,
+    manifests: Mapping[str, str] | None = None,
 ) -> Report:
     """Run every check over all splits of a corpus and return the report (never raises).
 
     ``sampling_rate``: the corpus's declared rate (every file must have it), or ``None``;
     ``model_rates``: ``{run: rate}`` the frontends of the runs using the corpus expect (for the
-    report: audio is resampled to it when loaded).
+    report: audio is resampled to it when loaded); ``manifests``: split -> the manifest (or
+    Kaldi dir) it was imported from, named where no utterance's line can be (an empty split).
     """
     infos = _read_infos(splits, config)
     report = Report(
@@ -204,6 +206,7 @@ def validate_splits(
             corpus=corpus,
             sampling_rate=sampling_rate,
             model_rates=model_rates,
+            manifests=manifests or {},
         )
         for issue in found:
             (report.errors if issue.severity == "error" else report.warnings).append(issue)
