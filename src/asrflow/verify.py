@@ -19,16 +19,15 @@ from pathlib import Path
 from asrflow.io import dumps_json
 from asrflow.provenance import (
     RECORD_SUFFIX,
-    SECTIONS,
     InvalidRecord,
-    display_path,
     fresh_digest,
     is_record_name,
     read_record,
-    record_base,
     record_digest,
+    tree_digests,
     walk_records,
 )
+from asrflow.record_paths import SECTIONS, display_path, record_base, warn_old_paths
 from asrflow.types import Pathlike
 
 MODIFIED_OUTPUT = "modified output"
@@ -84,6 +83,8 @@ class _Entry:
     resolved: Path
     expected: str
     as_dir: bool
+    tree: dict[str, str] | None = None
+    """The digests of a directory's files, ``{relative path: sha256}``, if the record has them."""
 
 
 @dataclass
@@ -118,14 +119,36 @@ def _load(path: Path) -> _Loaded:
         loaded.problems.append(
             Mismatch(RECORD_MODIFIED, shown, shown, detail="its bytes are not as written")
         )
+    warn_old_paths(path, record)
     base = record_base(path, record)
     dirs = set(record.get("directories", []))
+    trees = record.get("trees", {})
     for sec in SECTIONS:
         for name, files in record[sec].items():
             for listed, digest in files.items():
                 resolved = Path(os.path.normpath(base / listed))
-                loaded.entries.append(_Entry(sec, name, listed, resolved, digest, listed in dirs))
+                loaded.entries.append(
+                    _Entry(sec, name, listed, resolved, digest, listed in dirs, trees.get(listed))
+                )
     return loaded
+
+
+def _tree_mismatches(e: _Entry, kind: str, record: str, detail: str) -> list[Mismatch]:
+    """The files below a directory entry that differ from the record's ``trees`` (each with
+    its expected and actual digest); [] when the record does not list them."""
+    if e.tree is None or not e.resolved.is_dir():
+        return []
+    now = tree_digests(e.resolved)
+    found = []
+    for rel in sorted(set(e.tree) | set(now)):
+        expected, actual = e.tree.get(rel), now.get(rel)
+        if expected == actual:
+            continue
+        why = "missing" if actual is None else "not in the record" if expected is None else ""
+        shown = display_path(e.resolved / rel)
+        text = f"{detail}, in directory {display_path(e.resolved)}" + (f": {why}" if why else "")
+        found.append(Mismatch(kind, shown, record, expected, actual, text))
+    return found
 
 
 def _lists(loaded: _Loaded, file: Path) -> bool:
@@ -205,6 +228,9 @@ def verify_report(paths: list[Pathlike], threads: int = 8) -> VerifyReport:
             else:
                 kind = MODIFIED_OUTPUT if out else CHANGED_INPUT
             detail = f"rule {L.rule}, {what[e.section]} '{e.name}'"
+            if e.as_dir and actual and (inside := _tree_mismatches(e, kind, L.shown, detail)):
+                report.mismatches += inside
+                continue
             detail += ", a directory: some file below it differs" if e.as_dir and actual else ""
             shown = display_path(e.resolved)
             report.mismatches.append(Mismatch(kind, shown, L.shown, e.expected, actual, detail))
