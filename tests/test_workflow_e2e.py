@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from asrflow.cli import main as asrflow_main
-from asrflow.data.cuts import load_cuts
+from asrflow.data.cuts import load_cuts, save_cuts
 from asrflow.data.shards import find_cut, iter_shard_ids, read_index
 from tests.e2e import executed, snakemake, write_config
 
@@ -252,7 +252,8 @@ def test_a_copied_project_checks_its_own_audio(tmp_path, capsys):
     """Issue 30: after ``cp -a`` of a finished project, a dev WAV truncated in the copy was not
     seen (the records named the audio in the old location, unchanged there). Now the copy's
     records and cuts name the project's files relative to it: the truncation reruns the copy's
-    dev import and the gate refuses the file; the original is untouched and up to date."""
+    dev import and the gate refuses the file; the original is untouched and up to date. Then,
+    in the original, an intermediate edited so that it still parses stops the job reading it."""
     import subprocess
     import sys
 
@@ -304,3 +305,17 @@ def test_a_copied_project_checks_its_own_audio(tmp_path, capsys):
     assert status(copy).returncode == 1
     # the original still has its whole file and nothing to do
     assert "Nothing to be done" in (p := snakemake(first, "-n")).stdout + p.stderr
+
+    # an intermediate changed so that it still parses (a transcript edited in the filtered cuts)
+    # is not trained on: the tokenizer stops before it starts, naming the file and its rule
+    filtered = first / "results/data/demo/filtered/train.jsonl.gz"
+    cuts = list(load_cuts(filtered))
+    cuts[0].supervisions[0].text += " edited"
+    save_cuts(cuts, filtered)
+    proc = snakemake(first, check=False)
+    assert proc.returncode != 0 and executed(proc) == {"train_tokenizer[tokenizer=demo_char]"}
+    log = (first / "logs/train_tokenizer/demo_char.log").read_text()
+    assert "results/data/demo/filtered/train.jsonl.gz: modified output (written by rule " in log
+    assert "filter_split); expected " in log and "Delete it" in log and "a bug" not in log
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (first / "results/tokenizers/demo_char/bpe.model").exists()
