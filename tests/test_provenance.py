@@ -23,6 +23,7 @@ from asrflow.provenance import (
     to_jsonable,
     write_record,
 )
+from asrflow.record_paths import old_absolute_paths
 from asrflow.verify import (
     CHANGED_INPUT,
     INVALID_RECORD,
@@ -98,6 +99,11 @@ def test_record_layout(tree: dict) -> None:
     assert tree["outputs"]["out"] == {"results/out.txt": sha256_file("results/out.txt")}
     assert set(tree["extra_inputs"]["audio"]) == {"audio/a.wav", "audio/b.wav"}
     assert tree["directories"] == ["results/model"]
+    assert tree["trees"] == {
+        "results/model": {"w.bin": sha256_file("results/model/w.bin"),
+                          "sub/x.txt": sha256_file("results/model/sub/x.txt")}
+    }  # fmt: skip
+    assert tree["path_base"] == "project"
     assert tree["params"] == {"lr": 0.1, "path": "a/b"}
     assert tree["code"]["script"] is None
     assert len(tree["code"]["library_sha256"]) == 64
@@ -126,13 +132,35 @@ def test_flipped_output_byte_with_mtime_restored_is_caught(tree: dict, name: str
     assert len(found) == 1
     m = found[0]
     assert m.kind == MODIFIED_OUTPUT
-    expected_path = name if name == "results/out.txt" else "results/model"
-    assert m.path == expected_path
+    assert m.path == name  # a file in a directory output is named, not only its directory
     assert m.record == RECORD
-    assert m.expected != m.actual and len(m.actual) == 64
-    assert expected_path in str(m) and RECORD in str(m)
+    assert m.actual == sha256_file(name) and m.expected != m.actual
+    if name != "results/out.txt":
+        rel = str(Path(name).relative_to("results/model"))
+        assert m.expected == tree["trees"]["results/model"][rel]
+        assert "in directory results/model" in m.detail
+    assert name in str(m) and RECORD in str(m)
     # Found the same way when asked about the file itself.
-    assert kinds(verify([name])) == [(MODIFIED_OUTPUT, expected_path)]
+    assert kinds(verify([name])) == [(MODIFIED_OUTPUT, name)]
+
+
+def test_files_added_to_or_gone_from_a_directory_output_are_named(tree: dict) -> None:
+    Path("results/model/sub/x.txt").unlink()
+    Path("results/model/new.txt").write_text("new\n")
+    found = {m.path: m for m in verify(["results"])}
+    assert set(found) == {"results/model/sub/x.txt", "results/model/new.txt"}
+    assert found["results/model/sub/x.txt"].actual is None
+    assert "missing" in found["results/model/sub/x.txt"].detail
+    assert found["results/model/new.txt"].expected is None
+    assert "not in the record" in found["results/model/new.txt"].detail
+
+
+def test_a_record_without_file_digests_names_the_directory(tree: dict) -> None:
+    """A record from before ``trees`` was kept."""
+    old = {k: v for k, v in tree.items() if k != "trees"}
+    write_record(RECORD, old)
+    flip_byte(Path("results/model/w.bin"))
+    assert kinds(verify(["results"])) == [(MODIFIED_OUTPUT, "results/model")]
 
 
 def test_every_single_byte_flip_in_record_is_caught(tree: dict) -> None:
@@ -184,7 +212,7 @@ def test_directory_output_replaced_by_file(tree: dict) -> None:
 
 def test_extra_file_in_directory_output(tree: dict) -> None:
     Path("results/model/new.bin").write_bytes(b"")
-    assert kinds(verify([RECORD])) == [(MODIFIED_OUTPUT, "results/model")]
+    assert kinds(verify([RECORD])) == [(MODIFIED_OUTPUT, "results/model/new.bin")]
 
 
 def test_input_changes_are_reported(tree: dict) -> None:
@@ -233,6 +261,81 @@ def test_moved_workflow_still_verifies(tree: dict, tmp_path: Path, monkeypatch) 
         assert [m.kind for m in verify([moved / RECORD])] == [MODIFIED_OUTPUT]
     finally:
         shutil.rmtree(moved)
+
+
+def absolute_audio_record(root: Path) -> None:
+    """Rewrite the tree's record as an import writes it: its audio named by absolute paths."""
+    now = datetime.now(UTC)
+    record = build_record(
+        rule="toy", inputs={"text": ["data/in.txt"]}, outputs={"out": ["results/out.txt"]},
+        params={}, script=None, started=now, finished=now, hash_cache=None,
+        extra_inputs={"audio": [str(root / "audio/a.wav"), str(root / "audio/b.wav")]},
+    )  # fmt: skip
+    write_record(str(root / RECORD), record)
+
+
+def test_paths_inside_the_project_are_stored_relative(tree: dict, tmp_path: Path) -> None:
+    absolute_audio_record(tmp_path)
+    outside = tmp_path.parent / f"{tmp_path.name}_outside.wav"
+    outside.write_bytes(b"x")
+    try:
+        now = datetime.now(UTC)
+        record = build_record(
+            rule="r", inputs={"x": [str(outside)]}, outputs={}, params={}, script=None,
+            started=now, finished=now, hash_cache=None,
+        )  # fmt: skip
+        assert record["inputs"] == {"x": {str(outside): sha256_file(outside)}}  # kept absolute
+    finally:
+        outside.unlink()
+    written = json.loads(Path(RECORD).read_text())
+    assert written["record_path"] == RECORD
+    assert sorted(written["extra_inputs"]["audio"]) == ["audio/a.wav", "audio/b.wav"]
+
+
+def test_a_moved_project_checks_its_own_audio(tree: dict, tmp_path: Path, monkeypatch) -> None:
+    """Issue 30: a copy's record pointed at the audio in the old location, unchanged there."""
+    absolute_audio_record(tmp_path)
+    moved = tmp_path.parent / (tmp_path.name + "_moved")
+    shutil.copytree(tmp_path, moved)
+    try:
+        monkeypatch.chdir(moved)
+        assert verify(["results"]) == []
+        flip_byte(moved / "audio/a.wav")
+        assert kinds(verify(["results"])) == [(CHANGED_INPUT, "audio/a.wav")]
+    finally:
+        shutil.rmtree(moved)
+
+
+def test_an_old_record_with_absolute_paths_is_read_as_such_and_reported_once(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """A record from before paths were stored relative, in a copy of the project: its audio
+    path names the old location, which is checked (unchanged there), with one warning."""
+    old_root, copy = tmp_path / "old", tmp_path / "copy"
+    for root in (old_root, copy):
+        (root / "results/corpora/audio").mkdir(parents=True)
+        (root / "results/corpora/audio/a.wav").write_bytes(b"RIFF")
+        (root / "results/cuts.txt").write_text("cuts\n")
+    monkeypatch.chdir(copy)
+    audio = str(old_root / "results/corpora/audio/a.wav")
+    now = datetime.now(UTC)
+    record = build_record(
+        rule="import_manifest", inputs={}, outputs={"cuts": ["results/cuts.txt"]}, params={},
+        script=None, started=now, finished=now, hash_cache=None, extra_inputs={"audio": [audio]},
+    )  # fmt: skip
+    record["extra_inputs"]["audio"] = {audio: sha256_file(audio)}
+    del record["path_base"]
+    write_record("results/cuts.txt.prov.json", record)
+    (copy / "results/corpora/audio/a.wav").write_bytes(b"RIFX")  # not seen: read as listed
+    with caplog.at_level("WARNING"):
+        assert verify(["results"]) == [] and verify(["results"]) == []
+    warned = [r.getMessage() for r in caplog.records if "absolute path" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "results/cuts.txt.prov.json" in warned[0] and audio in warned[0]
+    assert "rerun rule import_manifest" in warned[0]
+    # the same record written now lists the project's audio relative: no warning
+    record["path_base"] = "project"
+    assert old_absolute_paths(record, copy) == []
 
 
 def test_build_record_rejects_missing_paths(tmp_path: Path, monkeypatch) -> None:

@@ -60,14 +60,29 @@ def test_changed_inputs_outputs_code_and_packages_are_each_named(tmp_path, monke
     out.write_text("edited by hand")
     (status,) = _status(tmp_path)
     found = {(d.kind, d.what) for d in status.differences}
-    assert ("inputs", str(src)) in found
-    assert ("outputs", str(out)) in found
+    assert ("inputs", "in.txt") in found  # as listed: relative to the project
+    assert ("outputs", "results/out.txt") in found
     assert ("code", "asrflow.text") in found
     assert ("code", "asrflow.gone_module") in found  # a module that no longer exists changed too
     assert ("packages", "torch") in found
     text = format_status([status])
     assert text.startswith("make: ") and "code: asrflow.text" in text
     assert "1 of 1 artifact(s) differ" in text
+
+
+def test_a_copied_project_compares_its_own_files(tmp_path, monkeypatch):
+    """Issue 30: the record named the files by their absolute path, in the old location."""
+    import shutil
+
+    old, copy = tmp_path / "old", tmp_path / "copy"
+    monkeypatch.chdir(old.mkdir() or old)
+    _artifact(old)
+    shutil.copytree(old, copy)
+    monkeypatch.chdir(copy)
+    assert [s.up_to_date for s in _status(copy)] == [True]
+    (copy / "in.txt").write_text("changed in the copy")
+    (status,) = _status(copy)
+    assert [(d.kind, d.what) for d in status.differences] == [("inputs", "in.txt")]
 
 
 def test_changed_code_compares_modules_and_script(tmp_path):

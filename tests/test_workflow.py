@@ -146,15 +146,16 @@ def test_a_real_snakemake_job_exits_quietly_by_default(ws: Path) -> None:
 
 
 def test_an_input_changed_after_it_was_written_is_named_not_called_a_bug(ws: Path) -> None:
-    """Issue 12, item 6: a flipped byte in an intermediate read as "a bug: BadGzipFile"."""
+    """Issue 12, item 6: a flipped byte in an intermediate read as "a bug: BadGzipFile" (here
+    it changes while the job runs, after the check at its start)."""
     with step(fake_snakemake()):
         produce()
     damaged = Path("results/toy/data.txt")
-    damaged.write_text("resulT\n")
     consumer = fake_snakemake(record=False)
     consumer.input = InputFiles(fromdict={"data": str(damaged), "text": "data/in.txt"})
     consumer.log = Log(["logs/consumer.log"])
     with pytest.raises(SystemExit), step(consumer, quiet_exit=True):
+        damaged.write_text("resulT\n")
         raise ValueError("CRC check failed")
     text = Path("logs/consumer.log").read_text()
     assert "failed reading its inputs (ValueError: CRC check failed)" in text
@@ -165,6 +166,59 @@ def test_an_input_changed_after_it_was_written_is_named_not_called_a_bug(ws: Pat
     with pytest.raises(ValueError), step(consumer, quiet_exit=True):
         raise ValueError("CRC check failed")
     assert "a bug" in Path("logs/consumer.log").read_text()
+
+
+def test_an_input_changed_after_it_was_written_stops_the_job_before_it_runs(ws: Path) -> None:
+    """Issue 30: a flipped byte that still parses (a piece's score in bpe.model) was used."""
+    with step(fake_snakemake()):
+        produce()
+    consumer = fake_snakemake(record=False)
+    consumer.input = InputFiles(
+        fromdict={"data": "results/toy/data.txt", "weights": "results/toy/model/w.bin"}
+    )
+    consumer.log = Log(["logs/consumer.log"])
+    ran = []
+    with step(consumer, quiet_exit=True):  # as written: the job runs
+        ran.append(1)
+    Path("results/toy/model/w.bin").write_bytes(b"\x00\x03")  # in a directory output
+    with pytest.raises(SystemExit), step(consumer, quiet_exit=True):
+        ran.append(2)
+    assert ran == [1]
+    text = Path("logs/consumer.log").read_text()
+    assert "rule toy failed: this input changed after it was written" in text
+    assert (
+        "results/toy/model/w.bin: modified output (written by rule toy); expected "
+        f"{sha256_file_of(b'\x00\x01')}, actual "
+        f"{sha256_file_of(b'\x00\x03')} [record results/toy/data.prov.json]"
+    ) in text
+    assert "Delete it" in text and "snakemake --forcerun toy" in text
+    assert "asrflow verify results" in text and "Traceback" not in text
+    # outside a Snakemake job the user error is raised as such
+    with pytest.raises(AsrflowError, match=r"results/toy/model/w\.bin: modified output"):
+        with step(consumer, quiet_exit=False):
+            ran.append(3)
+    assert ran == [1]
+
+
+def test_a_changed_input_of_the_synthetic_corpus_is_not_refused(ws: Path) -> None:
+    """The demo corpus is source data, edited like any corpus (its import reruns)."""
+    producer = fake_snakemake()
+    producer.rule = "synthesize_corpus"
+    with step(producer):
+        produce()
+    Path("results/toy/data.txt").write_text("a transcript fixed by hand\n")
+    consumer = fake_snakemake(record=False)
+    consumer.input = InputFiles(fromdict={"manifest": "results/toy/data.txt"})
+    ran = []
+    with step(consumer, quiet_exit=True):
+        ran.append(1)
+    assert ran == [1]
+
+
+def sha256_file_of(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def test_missing_output_fails_the_step(ws: Path) -> None:

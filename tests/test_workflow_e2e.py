@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from asrflow.cli import main as asrflow_main
-from asrflow.data.cuts import load_cuts
+from asrflow.data.cuts import load_cuts, save_cuts
 from asrflow.data.shards import find_cut, iter_shard_ids, read_index
 from tests.e2e import executed, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
 SHARDS = "results/data/demo/shards/train"
+SPLITS = ("train", "dev", "test")
 
 DEMO_CONFIG = {
     "corpora": {
@@ -245,3 +246,76 @@ def test_holdout_corpus_runs_and_keeps_speakers_apart(demo, tmp_path):
     assert report["ok"]
     assert sum(s["utterances"] for s in report["splits"].values()) == 72
     shutil.rmtree(tmp_path / "run/results/corpora", ignore_errors=True)
+
+
+def test_a_copied_project_checks_its_own_audio(tmp_path, capsys):
+    """Issue 30: after ``cp -a`` of a finished project, a dev WAV truncated in the copy was not
+    seen (the records named the audio in the old location, unchanged there). Now the copy's
+    records and cuts name the project's files relative to it: the truncation reruns the copy's
+    dev import and the gate refuses the file; the original is untouched and up to date. Then,
+    in the original, an intermediate edited so that it still parses stops the job reading it."""
+    import subprocess
+    import sys
+
+    from tests.e2e import REPO, environment
+
+    first, copy = tmp_path / "first", tmp_path / "copy"
+    small = {**DEMO_CONFIG["corpora"]["demo"]["synthetic"], "num_utterances": 24}
+    config = {
+        "corpora": {"demo": {"source": "synthetic", "synthetic": small}},
+        "tokenizers": DEMO_CONFIG["tokenizers"],
+    }
+    write_config(first, config)
+    snakemake(first)
+    shutil.copytree(first, copy, symlinks=True)  # cp -a: mtimes kept
+    written = [*copy.glob("results/**/*.prov.json"), *copy.glob("results/data/*/audio_state/*")]
+    leaks = [p for p in written if str(first) in p.read_text()]
+    assert not leaks, f"records naming the original's files: {leaks}"
+    cuts = load_cuts(copy / "results/data/demo/imported/dev.jsonl.gz")
+    assert all(not os.path.isabs(c.recording.sources[0].source) for c in cuts)
+
+    def status(workdir: Path) -> subprocess.CompletedProcess:
+        args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml"]
+        return subprocess.run(
+            [sys.executable, "-m", "asrflow.cli", "status", "--", *args],
+            cwd=workdir, capture_output=True, text=True, timeout=300, env=environment(),
+        )  # fmt: skip
+
+    assert "Nothing to be done" in (p := snakemake(copy, "-n")).stdout + p.stderr
+    assert asrflow_main(["verify", str(copy / "results")]) == 0
+    assert status(copy).returncode == 0
+
+    row = json.loads((copy / "results/corpora/demo/dev.jsonl").read_text().splitlines()[0])
+    wav = copy / "results/corpora/demo" / row["audio_filepath"]
+    wav.write_bytes(wav.read_bytes()[: wav.stat().st_size // 2])
+    rerun = {"import_manifest[corpus=demo, split=dev]", "validate_corpus[corpus=demo]"}
+    planned = executed(snakemake(copy, "-n"))  # and what follows the gate, if it passed
+    after = {f"filter_split[corpus=demo, split={s}]" for s in SPLITS}
+    assert planned == rerun | after | {"train_tokenizer[tokenizer=demo_char]"}
+    proc = snakemake(copy, check=False)
+    assert proc.returncode != 0
+    assert executed(proc) == rerun
+    log = (copy / "logs/validate_corpus/demo.log").read_text()
+    assert f"{row['utt_id']}: audio " in log and "is truncated: its header says" in log
+    capsys.readouterr()
+    assert asrflow_main(["verify", str(copy / "results")]) == 1
+    out = capsys.readouterr().out
+    assert f"{wav}: modified output (rule synthesize_corpus, output 'audio', in dir" in out
+    assert str(first) not in out
+    assert status(copy).returncode == 1
+    # the original still has its whole file and nothing to do
+    assert "Nothing to be done" in (p := snakemake(first, "-n")).stdout + p.stderr
+
+    # an intermediate changed so that it still parses (a transcript edited in the filtered cuts)
+    # is not trained on: the tokenizer stops before it starts, naming the file and its rule
+    filtered = first / "results/data/demo/filtered/train.jsonl.gz"
+    cuts = list(load_cuts(filtered))
+    cuts[0].supervisions[0].text += " edited"
+    save_cuts(cuts, filtered)
+    proc = snakemake(first, check=False)
+    assert proc.returncode != 0 and executed(proc) == {"train_tokenizer[tokenizer=demo_char]"}
+    log = (first / "logs/train_tokenizer/demo_char.log").read_text()
+    assert "results/data/demo/filtered/train.jsonl.gz: modified output (written by rule " in log
+    assert "filter_split); expected " in log and "Delete it" in log and "a bug" not in log
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (first / "results/tokenizers/demo_char/bpe.model").exists()

@@ -8,9 +8,10 @@ an edited record is caught too.
 
 Record layout (``schema`` ``asrflow.provenance/1``)::
 
-    {"schema", "rule", "record_path", "record_sha256",
+    {"schema", "rule", "record_path", "record_sha256", "path_base": "project",
      "inputs": {name: {path: sha256}}, "outputs": {...}, "extra_inputs": {...},
      "directories": [paths hashed as trees with hashing.sha256_tree],
+     "trees": {directory: {relative path: sha256}},
      "params", "code": {"git": {"commit", "dirty"}, "script": {"path", "sha256"} | null,
      "library_sha256", "modules": {module: sha256}}, "packages",
      "host": {"hostname", "platform", ["slurm"]}, "started", "finished", ["details"]}
@@ -20,9 +21,18 @@ compares them with the checkout: :mod:`asrflow.status`). ``host.slurm`` is there
 step that ran inside a SLURM job: the job ID, array task, step, partition, nodes and GPUs it was
 given (:func:`slurm_job`).
 
-Paths are stored as given (relative to the workflow directory). At verification they are
-resolved against the directory that holds ``record_path`` (so a moved workflow still verifies),
-falling back to the current directory.
+``trees`` holds the digest of every file below each directory, so a check names the file in a
+directory that differs (a record from before it was kept names only the directory).
+
+**Paths.** Every path inside the project (the Snakemake working directory, where ``results/``
+lives: the current directory of every job) is stored relative to it, ``record_path`` included;
+a path outside it (a corpus elsewhere) is stored absolute (:func:`project_path`;
+``path_base: "project"`` marks a record written so). At verification relative paths are resolved
+against the directory that holds ``record_path`` (so a moved or copied project checks its own
+files), falling back to the current directory. A record from before (no ``path_base``) may list
+the project's own files (an import's audio) by their absolute path: it is read as it is, and
+:func:`~asrflow.record_paths.warn_old_paths` says once per record when such a path lies outside
+the project, i.e. in the project's old location (:mod:`asrflow.record_paths`).
 """
 
 from __future__ import annotations
@@ -46,13 +56,19 @@ from typing import Any
 
 from asrflow.hashing import HashCache, combine_tree, sha256_file, sha256_tree, tree_files
 from asrflow.io import dumps_json, write_json
+from asrflow.record_paths import (  # noqa: F401 (record_base: readers import it from here too)
+    PATH_BASE,
+    SECTIONS,
+    display_path,
+    project_path,
+    record_base,
+)
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "asrflow.provenance/1"
 RECORD_SUFFIX = ".prov.json"
-SECTIONS = ("inputs", "outputs", "extra_inputs")
 PACKAGES = (
     "torch", "espnet", "lightning", "lhotse", "sentencepiece", "jiwer",
     "pandas", "numpy", "snakemake", "soundfile",
@@ -224,15 +240,6 @@ def to_jsonable(obj: Any) -> Any:
     return repr(obj)
 
 
-def display_path(path: Pathlike) -> str:
-    """``path`` relative to the cwd when it lies below it, else as an absolute path."""
-    p = Path(path).absolute()
-    try:
-        return p.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return str(p)
-
-
 def build_record(
     *,
     rule: str,
@@ -249,8 +256,11 @@ def build_record(
 ) -> dict[str, Any]:
     """Hash every input, output and extra input and assemble a provenance record.
 
-    Directories are hashed as trees and listed under ``directories``. ``repo_dir`` (for the git
-    version) defaults to the script's directory, else the current directory. ``modules``: the
+    Directories are hashed as trees and listed under ``directories``, their files' digests under
+    ``trees``; paths inside the project are stored relative to it
+    (:func:`~asrflow.record_paths.project_path`).
+    ``repo_dir`` (for the git version) defaults to the script's directory, else the current
+    directory. ``modules``: the
     digests of the asrflow modules the step ran (default: :func:`module_digests` now). Raises
     ``FileNotFoundError`` naming any path that does not exist.
     """
@@ -266,14 +276,19 @@ def build_record(
         raise FileNotFoundError(
             f"rule {rule}: cannot record provenance, missing: {missing[:10]}{more}"
         )
+    dirs = [p for p in every if os.path.isdir(p)]
+    trees = {d: tree_digests(Path(d), hash_cache) for d in dirs}
+    files = [p for p in every if p not in trees]
     if hash_cache is not None:
-        digests = hash_cache.sha256_many(every)
+        digests = hash_cache.sha256_many(files)
     else:
-        digests = {p: fresh_digest(Path(p), os.path.isdir(p)) or "" for p in every}
-    record: dict[str, Any] = {"schema": SCHEMA, "rule": rule}
+        digests = {p: sha256_file(p) for p in files}
+    digests.update((d, combine_tree(tree.items())) for d, tree in trees.items())
+    record: dict[str, Any] = {"schema": SCHEMA, "rule": rule, "path_base": PATH_BASE}
     for sec, m in listed.items():
-        record[sec] = {name: {p: digests[p] for p in ps} for name, ps in m.items()}
-    record["directories"] = sorted(p for p in every if os.path.isdir(p))
+        record[sec] = {name: {project_path(p): digests[p] for p in ps} for name, ps in m.items()}
+    record["directories"] = sorted({project_path(d) for d in dirs})
+    record["trees"] = {project_path(d): tree for d, tree in sorted(trees.items())}
     record["params"] = to_jsonable(params)
     script_info = None
     if script is not None and Path(script).is_file():
@@ -305,10 +320,20 @@ def record_digest(record: Mapping[str, Any]) -> str:
 def write_record(path: Pathlike, record: Mapping[str, Any]) -> None:
     """Atomically write ``record`` to ``path``, adding ``record_path`` and its self-digest."""
     full = {k: v for k, v in record.items() if k != "record_sha256"}
-    full.setdefault("record_path", Path(path).as_posix())
+    full.setdefault("record_path", project_path(path))
     full["record_sha256"] = record_digest(full)
     write_json(path, full)
     log.info("provenance record written: %s", path)
+
+
+def tree_digests(directory: Path, cache: HashCache | None = None) -> dict[str, str]:
+    """``{relative posix path: sha256}`` of every file below ``directory`` (the entries
+    :func:`~asrflow.hashing.sha256_tree` combines), through ``cache`` if given."""
+    files = tree_files(directory)
+    if cache is None:
+        return {rel: sha256_file(p) for rel, p in files}
+    digests = cache.sha256_many([p for _, p in files])
+    return {rel: digests[str(p)] for rel, p in files}
 
 
 def fresh_digest(path: Path, as_dir: bool) -> str | None:
@@ -340,6 +365,11 @@ def _check_layout(record: Any) -> None:
     dirs = record.get("directories", [])
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
         raise InvalidRecord("'directories' is not a list of paths")
+    trees = record.get("trees", {})
+    if not isinstance(trees, dict) or not all(
+        isinstance(t, dict) and all(isinstance(d, str) for d in t.values()) for t in trees.values()
+    ):
+        raise InvalidRecord("'trees' is not a mapping of directory -> {path: sha256}")
     if not isinstance(record.get("record_sha256"), str):
         raise InvalidRecord("'record_sha256' (the record's own digest) is missing")
 
@@ -352,21 +382,6 @@ def read_record(path: Pathlike, text: str | None = None) -> dict[str, Any]:
         raise InvalidRecord(f"not valid JSON: {e}") from e
     _check_layout(record)
     return record
-
-
-def record_base(record_file: Path, record: Mapping[str, Any]) -> Path:
-    """Directory the record's relative paths are relative to (see module docstring)."""
-    rp = record.get("record_path")
-    absf = Path(os.path.normpath(record_file.absolute()))
-    if isinstance(rp, str) and rp and not os.path.isabs(rp):
-        parts = PurePath(os.path.normpath(rp)).parts
-        if (
-            ".." not in parts
-            and len(parts) < len(absf.parts)
-            and absf.parts[-len(parts) :] == parts
-        ):
-            return Path(*absf.parts[: -len(parts)])
-    return Path.cwd()
 
 
 def is_record_name(name: str) -> bool:

@@ -33,14 +33,13 @@ from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache, sha256_file
 from asrflow.provenance import (
     RECORD_SUFFIX,
-    SECTIONS,
     InvalidRecord,
     module_digests,
     package_versions,
     read_record,
-    record_base,
     walk_records,
 )
+from asrflow.record_paths import SECTIONS, record_base, warn_old_paths
 from asrflow.types import Pathlike
 
 KINDS = ("inputs", "outputs", "code", "packages", "params")
@@ -140,6 +139,7 @@ def record_status(path: Path, current: Checkout) -> ArtifactStatus:
         record = read_record(path)
     except (OSError, InvalidRecord) as e:
         return ArtifactStatus("?", str(path), [], [Difference("outputs", str(path), str(e))])
+    warn_old_paths(path, record)
     base = record_base(path, record)
     files = {
         sec: {

@@ -16,19 +16,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from asrflow.hashing import HashCache
 from asrflow.io import dumps_json
 from asrflow.provenance import (
     RECORD_SUFFIX,
-    SECTIONS,
     InvalidRecord,
-    display_path,
     fresh_digest,
     is_record_name,
     read_record,
-    record_base,
     record_digest,
+    tree_digests,
     walk_records,
 )
+from asrflow.record_paths import SECTIONS, display_path, record_base, warn_old_paths
 from asrflow.types import Pathlike
 
 MODIFIED_OUTPUT = "modified output"
@@ -51,6 +51,8 @@ class Mismatch:
     expected: str | None = None
     actual: str | None = None
     detail: str = ""
+    rule: str | None = None
+    """The rule whose record it is (set by :func:`changed_since_written`)."""
 
     def __str__(self) -> str:
         text = f"{self.path}: {self.kind}"
@@ -84,6 +86,8 @@ class _Entry:
     resolved: Path
     expected: str
     as_dir: bool
+    tree: dict[str, str] | None = None
+    """The digests of a directory's files, ``{relative path: sha256}``, if the record has them."""
 
 
 @dataclass
@@ -118,14 +122,36 @@ def _load(path: Path) -> _Loaded:
         loaded.problems.append(
             Mismatch(RECORD_MODIFIED, shown, shown, detail="its bytes are not as written")
         )
+    warn_old_paths(path, record)
     base = record_base(path, record)
     dirs = set(record.get("directories", []))
+    trees = record.get("trees", {})
     for sec in SECTIONS:
         for name, files in record[sec].items():
             for listed, digest in files.items():
                 resolved = Path(os.path.normpath(base / listed))
-                loaded.entries.append(_Entry(sec, name, listed, resolved, digest, listed in dirs))
+                loaded.entries.append(
+                    _Entry(sec, name, listed, resolved, digest, listed in dirs, trees.get(listed))
+                )
     return loaded
+
+
+def _tree_mismatches(e: _Entry, kind: str, record: str, detail: str) -> list[Mismatch]:
+    """The files below a directory entry that differ from the record's ``trees`` (each with
+    its expected and actual digest); [] when the record does not list them."""
+    if e.tree is None or not e.resolved.is_dir():
+        return []
+    now = tree_digests(e.resolved)
+    found = []
+    for rel in sorted(set(e.tree) | set(now)):
+        expected, actual = e.tree.get(rel), now.get(rel)
+        if expected == actual:
+            continue
+        why = "missing" if actual is None else "not in the record" if expected is None else ""
+        shown = display_path(e.resolved / rel)
+        text = f"{detail}, in directory {display_path(e.resolved)}" + (f": {why}" if why else "")
+        found.append(Mismatch(kind, shown, record, expected, actual, text))
+    return found
 
 
 def _lists(loaded: _Loaded, file: Path) -> bool:
@@ -205,6 +231,9 @@ def verify_report(paths: list[Pathlike], threads: int = 8) -> VerifyReport:
             else:
                 kind = MODIFIED_OUTPUT if out else CHANGED_INPUT
             detail = f"rule {L.rule}, {what[e.section]} '{e.name}'"
+            if e.as_dir and actual and (inside := _tree_mismatches(e, kind, L.shown, detail)):
+                report.mismatches += inside
+                continue
             detail += ", a directory: some file below it differs" if e.as_dir and actual else ""
             shown = display_path(e.resolved)
             report.mismatches.append(Mismatch(kind, shown, L.shown, e.expected, actual, detail))
@@ -220,16 +249,21 @@ def verify(paths: list[Pathlike], threads: int = 8) -> list[Mismatch]:
     return verify_report(paths, threads=threads).mismatches
 
 
-def changed_since_written(paths: Iterable[Pathlike]) -> list[Mismatch]:
+def changed_since_written(
+    paths: Iterable[Pathlike], cache: HashCache | None = None
+) -> list[Mismatch]:
     """The files among ``paths`` that a record lists as an output and that differ from it now.
 
-    For a job that failed reading its inputs: a damaged intermediate (a flipped byte, an edit, a
-    partial copy) makes a decompressor or parser fail with an error that looks like a bug. Only
-    the records in each file's directory and the ones above it are read, and only the named
-    files (or the output directory holding one) are hashed again, so this is cheap enough to run
-    on every failure.
+    A damaged intermediate (a flipped byte, an edit, a partial copy) either makes a decompressor
+    or parser fail with an error that looks like a bug, or parses and is silently used: a job
+    checks its inputs with this before it starts (:class:`asrflow.workflow.Step`). Only the
+    records in each file's directory and the ones above it are read, and only the named files are
+    hashed again (through ``cache`` if given: a file whose size, mtime and inode are as when it
+    was last hashed is not read again; without it, from disk). For a file in an output directory
+    (or a directory itself) the record's ``trees`` name the file that differs; a record without
+    them compares the whole directory.
     """
-    found: list[Mismatch] = []
+    found: dict[str, Mismatch] = {}
     loaded: dict[Path, _Loaded] = {}
     for path in dict.fromkeys(Path(p) for p in paths):
         if not path.exists() or path.name.endswith(RECORD_SUFFIX):
@@ -242,10 +276,45 @@ def changed_since_written(paths: Iterable[Pathlike]) -> list[Mismatch]:
                 inside = e.as_dir and real.startswith(er.rstrip(os.sep) + os.sep)
                 if e.section != "outputs" or not (er == real or inside):
                     continue
-                actual = fresh_digest(e.resolved, e.as_dir)
-                if actual != e.expected and not any(m.path == display_path(path) for m in found):
-                    found.append(
-                        Mismatch(MODIFIED_OUTPUT, display_path(path), L.shown, e.expected,
-                                 actual, f"written by rule {L.rule}")
-                    )  # fmt: skip
-    return found
+                for m in _changed_output(e, path, real, L, cache):
+                    found.setdefault(m.path, m)
+    return list(found.values())
+
+
+def _changed_output(
+    e: _Entry, path: Path, real: str, L: _Loaded, cache: HashCache | None
+) -> list[Mismatch]:
+    """How ``path`` (the output ``e`` of record ``L``, or a file inside it) differs from it."""
+    detail = f"written by rule {L.rule}"
+    if e.tree is not None:
+        rel = Path(os.path.relpath(real, os.path.realpath(e.resolved))).as_posix()
+        if not path.is_dir():
+            expected, actual = e.tree.get(rel), _digest(path, False, cache)
+            if actual == expected:
+                return []
+            return [
+                Mismatch(MODIFIED_OUTPUT, display_path(path), L.shown, expected, actual, detail,
+                         L.rule)
+            ]  # fmt: skip
+        prefix = "" if rel == "." else rel + "/"
+        was = {k[len(prefix) :]: v for k, v in e.tree.items() if k.startswith(prefix)}
+        now = tree_digests(path, cache)
+        return [
+            Mismatch(MODIFIED_OUTPUT, display_path(path / f), L.shown, was.get(f), now.get(f),
+                     f"{detail}, in directory {display_path(path)}", L.rule)
+            for f in sorted(set(was) | set(now))
+            if was.get(f) != now.get(f)
+        ]  # fmt: skip
+    actual = _digest(e.resolved, e.as_dir, cache)
+    if actual == e.expected:
+        return []
+    return [
+        Mismatch(MODIFIED_OUTPUT, display_path(path), L.shown, e.expected, actual, detail, L.rule)
+    ]
+
+
+def _digest(path: Path, as_dir: bool, cache: HashCache | None) -> str | None:
+    """:func:`~asrflow.provenance.fresh_digest`, through ``cache`` when given."""
+    if cache is None or not (path.is_dir() if as_dir else path.is_file()):
+        return fresh_digest(path, as_dir)
+    return cache.sha256(path)

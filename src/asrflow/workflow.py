@@ -8,7 +8,10 @@ Every ``scripts/*.py`` is a few lines::
         cuts = import_corpus(snakemake.input.manifest, **snakemake.params.importer)
         s.add_extra_inputs("audio", [c.recording.path for c in cuts])   # optional
 
-On normal exit, if the rule declares an output named ``record``, a provenance record
+Before the body runs, every input that another rule wrote is checked against that rule's
+record (through the hash cache): an input changed since (a flipped byte that still parses) stops
+the job, naming the file, the rule that wrote it and what to do, instead of being used. On normal
+exit, if the rule declares an output named ``record``, a provenance record
 (:mod:`asrflow.provenance`) is written there, with the digests of every other output, every input
 and the extra inputs. On an exception the error is logged (a user error, :class:`AsrflowError`,
 as its message only; anything else with its traceback) and re-raised, so the job fails.
@@ -36,6 +39,7 @@ from asrflow.errors import AsrflowError
 from asrflow.hashing import HashCache
 from asrflow.provenance import build_record, module_digests, to_jsonable, write_record
 from asrflow.ranks import launched_rank
+from asrflow.record_paths import project_path
 from asrflow.types import Pathlike
 from asrflow.verify import changed_since_written
 
@@ -48,6 +52,11 @@ DEBUG_ENV = "ASRFLOW_DEBUG"
 """``ASRFLOW_DEBUG=1 snakemake ...``: jobs log at DEBUG, with the traceback of a user error."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+SOURCE_RULES = frozenset({"synthesize_corpus"})
+"""Rules whose outputs are a corpus's source data, not intermediates: the synthetic demo corpus's
+manifests and audio may be edited like any corpus's own (a changed manifest or audio file reruns
+the import, :mod:`asrflow.data.audio_state`), so a job reading them does not refuse a change."""
 
 
 def files_by_name(files: Any) -> dict[str, list[str]]:
@@ -191,6 +200,10 @@ class Step:
         # first imported during the job are added when the record is written
         self.modules = module_digests()
         log.info("rule %s: started (script %s)", self.rule, self.script or "unknown")
+        error = self._changed_inputs_error()
+        if error is not None:
+            self.__exit__(type(error), error, None)  # logged; a Snakemake job exits quietly
+            raise error
         if self.rank != 0:
             log.info(
                 "rule %s: this process is rank %d of a multi-process job; rank 0 writes the "
@@ -250,6 +263,35 @@ class Step:
             # the message is logged; a traceback on the console would bury it
             raise SystemExit(1) from None
         return False
+
+    def _changed_inputs_error(self) -> AsrflowError | None:
+        """The error for inputs inside the project that differ from the records of the rules
+        that wrote them (:func:`~asrflow.verify.changed_since_written`), if any."""
+        inputs = files_by_name(getattr(self.snakemake, "input", None))
+        paths = [p for ps in inputs.values() for p in ps if not os.path.isabs(project_path(p))]
+        if not paths:
+            return None
+        cache = self.hash_cache if self.hash_cache is not None else HashCache()
+        try:
+            changed = [m for m in changed_since_written(paths, cache) if m.rule not in SOURCE_RULES]
+        finally:
+            if self.hash_cache is None:
+                cache.close()
+        if not changed:
+            return None
+        rules = " ".join(sorted({str(m.rule) for m in changed}))
+        one = len(changed) == 1
+        return AsrflowError(
+            f"{'this input' if one else 'these inputs'} changed after "
+            f"{'it was' if one else 'they were'} written (by the rule named; this job would "
+            "use the changed content):\n"
+            + "\n".join(f"  {m}" for m in changed)
+            + f"\nDelete {'it' if one else 'them'} (or the output directory holding "
+            f"{'it' if one else 'them'}) and rerun snakemake to rebuild, or rerun the rule that "
+            f"wrote {'it' if one else 'them'} (snakemake --forcerun {rules}); "
+            "`asrflow verify results` lists every changed file (if the disk is failing, check "
+            "it first)."
+        )
 
     def _damaged_inputs(self) -> list[Any]:
         """The job's inputs that differ from the records of the rules that wrote them."""

@@ -87,3 +87,45 @@ def test_after_the_import_that_followed_a_change_nothing_reruns_again(tmp_path):
     )
     refresh_audio_state(state, record, cache)
     assert _state(state) == changed
+
+
+def test_a_copied_project_checks_its_own_audio(tmp_path, monkeypatch):
+    """Issue 30: a copy's import record named the audio in the old location, unchanged there,
+    so a file truncated in the copy reran nothing."""
+    import shutil
+    from datetime import UTC, datetime
+
+    from asrflow.provenance import build_record, write_record
+
+    old, copy = tmp_path / "old", tmp_path / "copy"
+    monkeypatch.chdir(old.mkdir() or old)
+    audio = []
+    for i in range(3):
+        p = old / "results/corpora/audio" / f"{i}.wav"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes([i]) * 100)
+        audio.append(str(p))  # as the importer names them: absolute
+    Path("results/imported.jsonl.gz").write_text("cuts")
+    now = datetime.now(UTC)
+    record = "results/imported.jsonl.gz.prov.json"
+    write_record(
+        record,
+        build_record(
+            rule="import_manifest", inputs={}, outputs={"cuts": ["results/imported.jsonl.gz"]},
+            params={}, script=None, started=now, finished=now, hash_cache=None,
+            extra_inputs={"audio": audio},
+        ),
+    )  # fmt: skip
+    state = Path("results/audio_state/dev.json")
+    refresh_audio_state(state, record, HashCache("results/cache.sqlite"))
+    shutil.copytree(old, copy)
+    monkeypatch.chdir(copy)
+    cache = HashCache("results/cache.sqlite")
+    before = _state(state)
+    refresh_audio_state(state, record, cache)
+    assert _state(state) == before  # the copy's audio is as recorded: nothing reruns
+    wav = copy / "results/corpora/audio/1.wav"
+    wav.write_bytes(wav.read_bytes()[:50])
+    refresh_audio_state(state, record, cache)
+    assert _state(state)[0] != before[0]  # the copy's import reruns
+    assert _state(old / "results/audio_state/dev.json") == before

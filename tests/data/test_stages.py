@@ -86,6 +86,20 @@ def test_import_split_writes_cuts_and_returns_its_audio(nemo_corpus, tmp_path: P
     assert tree(tmp_path / "out") == ["imported", "imported/train.jsonl.gz"]
 
 
+def test_audio_inside_the_project_is_named_relative_to_it(
+    nemo_corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: a moved or copied project's cuts named the audio in the old location."""
+    manifests = nemo_corpus()
+    monkeypatch.chdir(tmp_path)  # the project root: the corpus lies inside it
+    out = tmp_path / "out" / "dev.jsonl.gz"
+    audio = import_split("nemo", manifests["dev"], out, threads=2)
+    expected = [str(Path(a).relative_to(tmp_path.resolve())) for a in wavs(tmp_path, "dev-")]
+    assert audio == expected and audio[0].startswith("corpus/audio/")
+    assert sorted(c.recording.sources[0].source for c in load_cuts(out)) == expected
+    assert all(c.load_audio().size for c in load_cuts(out))  # opened in the project root
+
+
 def test_import_split_is_content_stable(nemo_corpus, tmp_path: Path) -> None:
     manifests = nemo_corpus()
     out = tmp_path / "dev.jsonl.gz"

@@ -74,3 +74,31 @@ def test_parallel_jobs_with_one_key_decode_once(tmp_path):
     for t in threads:
         t.join()
     assert len(calls) == 1
+
+
+def test_the_decode_key_holds_no_path_of_the_project(tmp_path):
+    """Issue 30: a moved or copied project keeps its decodes. The key hashes file contents and
+    the config without ``bpemodel`` (the package's absolute path), never where they lie."""
+    import shutil
+
+    from asrflow.evaluate.decode import Decoding
+    from asrflow.evaluate.shared import decode_key
+    from asrflow.text import TextNormalization
+
+    def key(root):
+        package = root / "results/runs/r/export/last"
+        return decode_key(
+            package, {"model.pth": "m", "config.yaml": "c"}, root / "results/dev.jsonl.gz",
+            TextNormalization(), Decoding(),
+        )  # fmt: skip
+
+    first = tmp_path / "first"
+    (first / "results/runs/r/export/last").mkdir(parents=True)
+    (first / "results/dev.jsonl.gz").write_bytes(b"cuts")
+    config = {"encoder": "conformer", "token_list": ["a"]}
+    for root in (first, tmp_path / "copy"):
+        if root != first:
+            shutil.copytree(first, root)
+        bpe = root / "results/runs/r/export/last/bpe.model"
+        (bpe.parent / "config.yaml").write_text(json.dumps({**config, "bpemodel": str(bpe)}))
+    assert key(first) == key(tmp_path / "copy")

@@ -19,6 +19,11 @@ an input of the import rule (``results/data/<corpus>/audio_state/<split>.json``)
 
 It is written atomically and only when its content changes, so a dry run (``snakemake -n``)
 that noticed a change leaves the same file the real run then finds.
+
+The record lists audio inside the project relative to the project root
+(:func:`~asrflow.record_paths.project_path`), so a moved or copied project checks its own audio. A
+record from before lists it by its absolute path: that is checked where it is, with a warning
+naming the record when it lies outside the project (:func:`~asrflow.record_paths.warn_old_paths`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 
 from asrflow.hashing import HashCache, combine_tree
 from asrflow.io import dumps_json, write_text
+from asrflow.record_paths import record_base, warn_old_paths
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -42,23 +48,37 @@ MISSING = "missing"
 
 
 def recorded_audio(record_path: Pathlike) -> dict[str, str] | None:
-    """``{audio path: sha256}`` of the import a record describes; ``None`` without a usable
-    record (no import yet, or a record from before audio was listed)."""
+    """``{audio path: sha256}`` of the import a record describes, each path as the record lists
+    it; ``None`` without a usable record (no import yet, or a record from before audio was
+    listed)."""
+    found = _recorded(Path(record_path))
+    return found[0] if found is not None else None
+
+
+def _recorded(record_path: Path) -> tuple[dict[str, str], Path] | None:
+    """(:func:`recorded_audio`, the project root its relative paths are relative to)."""
     try:
-        record = json.loads(Path(record_path).read_text(encoding="utf-8"))
+        record = json.loads(record_path.read_text(encoding="utf-8"))
         audio = record["extra_inputs"][AUDIO]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return dict(audio) if isinstance(audio, dict) else None
+    if not isinstance(audio, dict):
+        return None
+    warn_old_paths(record_path, record)
+    return dict(audio), record_base(record_path, record)
 
 
-def audio_digest(recorded: dict[str, str], cache: HashCache) -> tuple[str, list[str]]:
+def audio_digest(
+    recorded: dict[str, str], cache: HashCache, base: Pathlike = "."
+) -> tuple[str, list[str]]:
     """(digest of the recorded audio files as they are now, the files that differ from the
-    record)."""
+    record); relative paths are resolved against ``base`` (the project root)."""
     paths = sorted(recorded)
-    present = [p for p in paths if os.path.isfile(p)]
+    where = {p: os.path.join(base, p) for p in paths}
+    present = [p for p in paths if os.path.isfile(where[p])]
+    found = cache.sha256_many(where[p] for p in present)
     now: dict[str, Any] = dict.fromkeys(paths, MISSING)
-    now.update(cache.sha256_many(present))
+    now.update((p, found[where[p]]) for p in present)
     changed = [p for p in paths if now[p] != recorded[p]]
     return combine_tree((p, now[p]) for p in paths), changed
 
@@ -72,15 +92,16 @@ def refresh_audio_state(
         old = json.loads(state_path.read_text(encoding="utf-8"))["audio_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         old = MISSING
-    recorded = recorded_audio(record_path)
-    if recorded is None:
+    found = _recorded(Path(record_path))
+    if found is None:
         if old == MISSING:
             _write(state_path, None)
         return state_path
+    recorded, base = found
     own = cache is None
     cache = cache or HashCache()
     try:
-        digest, changed = audio_digest(recorded, cache)
+        digest, changed = audio_digest(recorded, cache, base)
     finally:
         if own:
             cache.close()

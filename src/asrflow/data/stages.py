@@ -1,7 +1,9 @@
 """One function per data rule: files in, files out. Scripts call exactly one of these.
 
 Each returns the list of audio files it read, so the script adapter can hash them into the
-provenance record (through the persistent hash cache).
+provenance record (through the persistent hash cache). The import names audio inside the project
+relative to the project root (the current directory: Snakemake's working directory), in its cuts
+as in the record, so a moved or copied project reads and checks its own audio.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from asrflow.data.split import group_holdout
 from asrflow.data.validate import raise_on_errors, validate_splits
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json, write_text
+from asrflow.record_paths import project_path
 from asrflow.text import TextNormalization
 from asrflow.types import Hz, Pathlike
 
@@ -30,11 +33,26 @@ def audio_paths(cuts) -> list[str]:
     return sorted({str(c.recording.sources[0].source) for c in cuts})
 
 
+def with_project_audio(cuts: list) -> list:
+    """``cuts`` with every audio file inside the project named relative to the project root
+    (:func:`~asrflow.record_paths.project_path`; files elsewhere keep their absolute path).
+
+    Every job runs in the project root, so Lhotse and the checks open the file there."""
+    for cut in cuts:
+        for source in cut.recording.sources:
+            if source.type == "file":
+                source.source = project_path(source.source)
+    return cuts
+
+
 def import_split(
     fmt: str, manifest: Pathlike, out: Pathlike, *, sampling_rate: Hz = 16000, threads: int = 4
 ) -> list[str]:
-    """Import one manifest into ``out`` (a CutSet ``.jsonl.gz``)."""
-    cuts = import_manifest(fmt, manifest, sampling_rate=sampling_rate, threads=threads)
+    """Import one manifest into ``out`` (a CutSet ``.jsonl.gz``), audio inside the project
+    named relative to it (:func:`with_project_audio`)."""
+    cuts = with_project_audio(
+        import_manifest(fmt, manifest, sampling_rate=sampling_rate, threads=threads)
+    )
     save_cuts(cuts, out)
     return audio_paths(cuts)
 
