@@ -8,6 +8,7 @@ Every error names the recipe (``source``) and the key.
 
 from __future__ import annotations
 
+import difflib
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -53,6 +54,34 @@ ESPNET_SUPERSEDED_KEYS: dict[str, str] = {
     "token_type": "nothing: asrflow's tokenizers are SentencePiece models (token_type bpe)",
 }
 """ESPnet training keys a recipe must not carry, with what replaces each."""
+
+ESPNET_CHOICES: dict[str, tuple[str, ...]] = {
+    "frontend": (
+        "default", "sliding_window", "s3prl", "espnet_ssl", "fused", "whisper", "huggingface",
+        "wav2vec_cnn",
+    ),
+    "specaug": ("specaug",),
+    "normalize": ("global_mvn", "utterance_mvn"),
+    "model": ("espnet", "maskctc", "pit_espnet"),
+    "preencoder": ("sinc", "linear"),
+    "encoder": (
+        "conformer", "transformer", "transformer_multispkr", "contextual_block_transformer",
+        "contextual_block_conformer", "vgg_rnn", "rnn", "wav2vec2", "hubert", "hubert_pretrain",
+        "torchaudiohubert", "longformer", "branchformer", "whisper", "e_branchformer", "avhubert",
+        "multiconv_conformer", "beats",
+    ),
+    "postencoder": ("hugging_face_transformers", "length_adaptor"),
+    "decoder": (
+        "transformer", "lightweight_conv", "lightweight_conv2d", "dynamic_conv", "dynamic_conv2d",
+        "rnn", "transducer", "mlm", "whisper", "hugging_face_transformers", "s4", "linear_decoder",
+    ),
+    "preprocessor": ("default", "multi"),
+}  # fmt: skip
+"""The names ESPnet's ``ASRTask`` accepts for each component key of a recipe (its
+``class_choices_list``, ESPnet 202611; null is a value of its own, left to ESPnet), so that a
+misspelt name (``encoder: conformerr``) stops when the recipe is read, before any job runs,
+instead of as ESPnet's ValueError in the smoke run. ``tests/train/test_recipe.py`` compares it
+with the installed ESPnet's."""
 
 
 def recipe_from_dict(data: Mapping[str, Any], source: str = "recipe") -> Recipe:
@@ -263,6 +292,9 @@ def _check_model(
             )
     if not isinstance(model.get("encoder"), str) or not model["encoder"]:
         fail("encoder is missing: name an ESPnet encoder (e.g. encoder: conformer)")
+    problem = component_problem(model)
+    if problem:
+        fail(problem)
     for key, value in model.items():
         if key.endswith("_conf") and value is not None and not isinstance(value, Mapping):
             fail(f"{key} must be a mapping of ESPnet settings, got {value!r}")
@@ -282,3 +314,22 @@ def _check_model(
             "loss.normalization is token but model_conf.length_normalized_loss is true: the "
             "attention loss would be divided by the token count twice; set one of them off"
         )
+
+
+def component_problem(model: Mapping[str, Any], key_prefix: str = "") -> str | None:
+    """What is wrong with the first ESPnet component name of ``model`` (``encoder``,
+    ``decoder``, ...) that ESPnet's ``ASRTask`` does not know (:data:`ESPNET_CHOICES`), naming
+    the key, the close matches and the valid names; None when all are known."""
+    for key, names in ESPNET_CHOICES.items():
+        value = model.get(key)
+        if value is None or (isinstance(value, str) and value in names):
+            continue
+        if not isinstance(value, str):
+            return f"{key_prefix}{key} must be the name of an ESPnet {key}, got {value!r}"
+        close = difflib.get_close_matches(value.lower(), names, n=1)
+        guess = f" (did you mean {close[0]}?)" if close else ""
+        return (
+            f"{key_prefix}{key}: ESPnet has no {key} named {value!r}{guess}; its {key} names are "
+            f"{', '.join(names)}"
+        )
+    return None
