@@ -31,7 +31,7 @@ from asrflow.layout import (
     sharded_corpora,
 )
 from asrflow.params import Operational
-from asrflow.train.recipe import load_recipe
+from asrflow.train.recipe import check_overrides, load_recipe, read_recipe_yaml
 
 
 def train_overrides(config: Config, name: str) -> dict[str, Any]:
@@ -79,10 +79,22 @@ def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
 
 def run_recipe(config: Config, name: str, *, smoke: bool = False):
     """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
-    run trains it (:func:`smoke_overrides`)."""
+    run trains it (:func:`smoke_overrides`). An error in ``runs.<run>.overrides`` names that
+    key (:func:`~asrflow.train.recipe.check_overrides`), one in the recipe the file."""
+    check_overrides(run(config, name)["overrides"], name)
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     path = recipe_file(run(config, name)["recipe"])
-    return load_recipe(path, overrides, source=f"{path} (run {name})")
+    source = f"{path} (run {name}{' as its smoke run trains it' if smoke else ''})"
+    return load_recipe(_recipe_data(config, name), overrides, source=source)
+
+
+def _recipe_data(config: Config, name: str) -> Any:
+    """The data of a run's recipe file; an unreadable one names ``runs.<run>.recipe``."""
+    path = recipe_file(run(config, name)["recipe"])
+    try:
+        return read_recipe_yaml(path)
+    except AsrflowError as e:
+        raise AsrflowError(f"runs.{name}.recipe: {e}") from None
 
 
 def frontend_rates(config: Config, corpus: str) -> Operational:

@@ -19,7 +19,7 @@ from asrflow.train.recipe import (
     scaled_lr,
     update_budget,
 )
-from asrflow.train.recipe_checks import ESPNET_CHOICES, ESPNET_SUPERSEDED_KEYS
+from asrflow.train.recipe_checks import ESPNET_CHOICES, ESPNET_SUPERSEDED_KEYS, check_overrides
 from asrflow.train.sections import Criterion, LossConfig, SchedulerConfig, TrainerConfig
 from asrflow.train.trainer import trainer_kwargs
 from tests.train.tiny_espnet import build_asr_model, num_parameters
@@ -297,6 +297,40 @@ def test_the_espnet_component_names_are_the_installed_espnets():
         c.name: tuple(n for n in c.choices() if n is not None) for c in ASRTask.class_choices_list
     }
     assert installed == ESPNET_CHOICES
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"trainer": {"max_stepz": 10}},
+            r"^run r: unknown key\(s\) runs\.r\.overrides\.trainer\.max_stepz; known keys of "
+            r"trainer: max_steps",
+        ),
+        (
+            {"trainer": {"max_steps": "ten"}},
+            r"^run r: runs\.r\.overrides\.trainer\.max_steps must be an integer",
+        ),
+        ({"optim": {"lr": -1}}, r"^run r: runs\.r\.overrides\.optim\.lr must be > 0, got -1\.0$"),
+        ({"optim": "adam"}, r"^run r: runs\.r\.overrides\.optim must be a mapping"),
+        (
+            {"batching": {"num_buckets": 1}},
+            r"^run r: runs\.r\.overrides\.batching\.num_buckets must",
+        ),
+        (
+            {"best_model_criterion": [["valid", "loss", "min"]]},
+            r"runs\.r\.overrides\.best_model_criterion\[0\]",
+        ),
+        ({"encoder": "conformerr"}, r"^run r: runs\.r\.overrides\.encoder: ESPnet has no encoder"),
+    ],
+)
+def test_an_override_error_names_the_override_not_the_recipe(tmp_path, overrides, message):
+    """Issue 30: a typo in runs.<run>.overrides was reported as the recipe file's."""
+    with pytest.raises(AsrflowError, match=message) as info:
+        check_overrides(overrides, "r")
+    assert "recipe.yaml" not in str(info.value)
+    # ranges apply to what the overrides set, not to the sections' defaults they leave out
+    check_overrides({"trainer": {"max_steps": 10}, "encoder_conf": {"num_blocks": 1}}, "r")
 
 
 def test_every_superseded_key_is_refused():

@@ -84,22 +84,25 @@ instead of as ESPnet's ValueError in the smoke run. ``tests/train/test_recipe.py
 with the installed ESPnet's."""
 
 
-def recipe_from_dict(data: Mapping[str, Any], source: str = "recipe") -> Recipe:
+def recipe_from_dict(
+    data: Mapping[str, Any], source: str = "recipe", *, key_prefix: str = ""
+) -> Recipe:
     """Parse recipe data: types and keys, and the values of a section that checks its own
-    (``batching``); :func:`check_recipe` checks the other values."""
+    (``batching``); :func:`check_recipe` checks the other values. ``key_prefix``: what an error
+    puts before a key's name (``runs.<run>.overrides.`` for a run's overrides)."""
     model = {k: v for k, v in data.items() if k not in SECTIONS}
     sections = {
-        name: _parse_section(cls, name, data.get(name), source)
+        name: _parse_section(cls, name, data.get(name), source, key_prefix)
         for name, cls in SECTION_TYPES.items()
     }
-    criteria = _parse_criteria(data.get("best_model_criterion", _UNSET), source)
+    criteria = _parse_criteria(data.get("best_model_criterion", _UNSET), source, key_prefix)
     return Recipe(model=model, criteria=criteria, **sections)
 
 
 _UNSET: Any = object()
 
 
-def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
+def _parse_section(cls: type, name: str, raw: Any, source: str, prefix: str = "") -> Any:
     if raw is None:
         return cls()
     if not isinstance(raw, Mapping):
@@ -109,13 +112,15 @@ def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
                 f"; {name}: {raw} is ESPnet's syntax, write {name}: {{name: ..., ...}} instead "
                 f"(see the recipe docs) and drop {name}_conf"
             )
-        raise AsrflowError(f"{source}: {name} must be a mapping of settings, got {raw!r}{hint}")
+        raise AsrflowError(
+            f"{source}: {prefix}{name} must be a mapping of settings, got {raw!r}{hint}"
+        )
     hints = typing.get_type_hints(cls)
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise AsrflowError(
-            f"{source}: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+            f"{source}: unknown key(s) {', '.join(f'{prefix}{name}.{k}' for k in unknown)}; "
             f"known keys of {name}: {', '.join(known)}"
         )
     values = {}
@@ -126,12 +131,12 @@ def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
             values[key] = _coerce(value, hints[key])
         except TypeError:
             raise AsrflowError(
-                f"{source}: {name}.{key} must be {_describe(hints[key])}, got {value!r}"
+                f"{source}: {prefix}{name}.{key} must be {_describe(hints[key])}, got {value!r}"
             ) from None
     try:
         return cls(**values)
-    except AsrflowError as e:  # a section that checks its own values (batching)
-        raise AsrflowError(f"{source}: {e}") from None
+    except AsrflowError as e:  # a section that checks its own values (batching: "batching.<key>")
+        raise AsrflowError(f"{source}: {prefix}{e}") from None
 
 
 def _coerce(value: Any, hint: Any) -> Any:
@@ -180,12 +185,13 @@ def _describe(hint: Any) -> str:
     )
 
 
-def _parse_criteria(raw: Any, source: str) -> tuple[Criterion, ...]:
+def _parse_criteria(raw: Any, source: str, prefix: str = "") -> tuple[Criterion, ...]:
     if raw is _UNSET:
         return DEFAULT_CRITERIA
     if not isinstance(raw, list):
         raise AsrflowError(
-            f"{source}: best_model_criterion must be a list of [monitor, top_k, mode], got {raw!r}"
+            f"{source}: {prefix}best_model_criterion must be a list of [monitor, top_k, mode], "
+            f"got {raw!r}"
         )
     out = []
     for i, item in enumerate(raw):
@@ -197,9 +203,9 @@ def _parse_criteria(raw: Any, source: str) -> tuple[Criterion, ...]:
             )
         except (TypeError, ValueError):
             raise AsrflowError(
-                f"{source}: best_model_criterion[{i}] = {item!r} must be [monitor, top_k, mode], "
-                "e.g. [valid/loss, 3, min] (ESPnet2's [valid, loss, min] and ESPnet3's "
-                "[valid/acc, max, 10] orders are not accepted)"
+                f"{source}: {prefix}best_model_criterion[{i}] = {item!r} must be "
+                "[monitor, top_k, mode], e.g. [valid/loss, 3, min] (ESPnet2's [valid, loss, min] "
+                "and ESPnet3's [valid/acc, max, 10] orders are not accepted)"
             ) from None
         out.append(Criterion(monitor, top_k, mode))
     return tuple(out)
@@ -333,3 +339,23 @@ def component_problem(model: Mapping[str, Any], key_prefix: str = "") -> str | N
             f"{', '.join(names)}"
         )
     return None
+
+
+def check_overrides(overrides: Mapping[str, Any], run: str) -> None:
+    """Check ``runs.<run>.overrides`` on its own: asrflow's keys known and typed, each single
+    setting in range, ESPnet's component names known. An error names the override's key
+    (``runs.<run>.overrides.trainer.max_steps``), not the recipe file; how overridden settings
+    fit with the recipe's is checked with the merged recipe (:func:`check_recipe`)."""
+    prefix = f"runs.{run}.overrides."
+    source = f"run {run}"
+    recipe = recipe_from_dict(overrides, source, key_prefix=prefix)
+    for path, (ok, expected) in _RANGES.items():
+        section, key = path.split(".")
+        if key not in (overrides.get(section) or {}):
+            continue
+        value = getattr(getattr(recipe, section), key)
+        if not ok(value):
+            raise AsrflowError(f"{source}: {prefix}{path} must be {expected}, got {value!r}")
+    problem = component_problem(overrides, prefix)
+    if problem:
+        raise AsrflowError(f"{source}: {problem}")
