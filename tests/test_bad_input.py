@@ -37,7 +37,7 @@ import soundfile
 import yaml
 
 from tests.conftest import utterance_rows, write_wav
-from tests.e2e import environment, snakemake, snakemake_command, write_config
+from tests.e2e import REPO, environment, snakemake, snakemake_command, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -468,6 +468,39 @@ def test_a_run_naming_an_unknown_tokenizer_is_named(tmp_path) -> None:
     config["runs"] = {"r": {"corpora": ["mine"], "tokenizer": "nope", "recipe": "demo_conformer"}}
     console = _config_fault(tmp_path, config)
     assert "config, runs.r.tokenizer: unknown tokenizer 'nope'" in console, console
+
+
+@pytest.mark.parametrize(
+    "change, overrides, says",
+    [
+        (
+            {"encoder": "conformerr"},
+            {},
+            "config, config/recipes/mine.yaml (run r): encoder: ESPnet has no encoder named "
+            "'conformerr' (did you mean conformer?); its encoder names are conformer, transformer",
+        ),
+        (
+            {},
+            {"trainer": {"max_stepz": 10}},
+            "config, run r: unknown key(s) runs.r.overrides.trainer.max_stepz; known keys of",
+        ),
+    ],
+)
+def test_a_bad_recipe_or_override_is_one_line_before_the_dag(tmp_path, change, overrides, says):
+    """Issue 30: a recipe error stopped the DAG inside rule validate_corpus (whose params read
+    every run's recipe) with a traceback, and an override's was blamed on the recipe file; a
+    misspelt ESPnet encoder passed until the smoke run, as a bug."""
+    recipe = yaml.safe_load((REPO / "config/recipes/demo_conformer.yaml").read_text())
+    (tmp_path / "config/recipes").mkdir(parents=True)
+    (tmp_path / "config/recipes/mine.yaml").write_text(yaml.safe_dump({**recipe, **change}))
+    config = _nemo(tmp_path)
+    config["tokenizers"] = {"t": {"corpus": "mine"}}
+    run = {"corpora": ["mine"], "tokenizer": "t", "recipe": "mine", "overrides": overrides}
+    config["runs"] = {"r": run}
+    console = _config_fault(tmp_path, config)
+    assert says in console, console
+    assert "validate_corpus" not in console and "Traceback" not in console, console
+    assert len(console.splitlines()) < 12, console
 
 
 def test_a_missing_manifest_is_named_before_anything_runs(tmp_path) -> None:
