@@ -586,6 +586,11 @@ def test_the_good_run_trains(trained) -> None:
     assert summary["status"] == "completed" and summary["steps"] == 4, summary
     assert (workdir / "results/runs/good/export/last/config.yaml").exists(), console[-3000:]
     assert "Traceback" not in console, "a user error must not print a traceback"
+    # the dev speakers d and g are letters no train transcript has: a warning, not a refusal
+    smoke = json.loads((workdir / "results/runs/good/smoke/summary.json").read_text())
+    assert smoke["unk_tokens"]["train"]["unk"] == 0
+    assert smoke["unk_tokens"]["dev"]["unseen_words"] == ["d", "g"], smoke["unk_tokens"]
+    assert "in words with a character no train transcript has" in smoke["warnings"][0]
 
 
 def test_nan_audio_is_named_by_the_loader(trained) -> None:
@@ -689,4 +694,36 @@ def test_a_token_list_that_does_not_match_the_tokenizer_stops_the_smoke_run(
     log = _failed(workdir, "smoke_train", "good")
     assert "tokens.txt" in log and "mismatch" in log, log[-3000:]
     assert not (workdir / "results/runs/good/smoke/summary.json").exists()
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_tokenizer_that_cannot_spell_the_runs_text_stops_the_smoke_run(trained, tmp_path) -> None:
+    """Issue 30: a run whose tokenizer was trained on another corpus trained to the end with 72
+    of 824 target tokens <unk>, and nothing said so."""
+    from lhotse import CutSet
+
+    from asrflow.data.cuts import save_cuts
+    from asrflow.text import TextNormalization
+    from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+    from tests.cuts import audio_less_cut
+
+    workdir = _private_copy(trained[0], tmp_path)
+    other = tmp_path / "other.jsonl.gz"  # another corpus's text: no a, c, f, z
+    cuts = (audio_less_cut(f"o{i}", text="hello number one two three") for i in range(3))
+    save_cuts(CutSet.from_cuts(cuts), other)
+    tok = workdir / "results/tokenizers/clean_char"
+    config = TokenizerConfig(model_type="char")
+    train_tokenizer(other, tok / "bpe.model", tok / "tokens.txt", config, TextNormalization())
+    smoke = "results/runs/good/smoke/summary.json"
+    proc = snakemake(workdir, smoke, "--forcerun", "smoke_train", check=False)
+    assert proc.returncode != 0
+    log = _failed(workdir, "smoke_train", "good")
+    assert re.search(r"run good: \d+ of \d+ train target tokens \([\d.]+ %\) are <unk>", log), log[
+        -3000:
+    ]
+    assert "from words such as 'zero', " in log, log[-3000:]
+    assert "more than diagnostics.max_unk_share (0.1 %)" in log, log[-3000:]
+    assert "Train the tokenizer on this run's corpus" in log, log[-3000:]
+    assert not (workdir / smoke).exists()
+    assert not (workdir / "results/runs/good/smoke/work/train").exists()  # nothing trained
     assert "Traceback" not in proc.stdout + proc.stderr

@@ -333,6 +333,19 @@ def test_an_override_error_names_the_override_not_the_recipe(tmp_path, overrides
     check_overrides({"trainer": {"max_steps": 10}, "encoder_conf": {"num_blocks": 1}}, "r")
 
 
+def test_the_unk_limit_is_an_operational_share():
+    """diagnostics.max_unk_share (issue 30) only gates the smoke run: changing it, or adding
+    the key, keeps every recipe's identity and hash (no run retrains)."""
+    base = recipe_from_dict(MODEL)
+    raised = recipe_from_dict({**MODEL, "diagnostics": {"max_unk_share": 0.05}})
+    assert base.diagnostics.max_unk_share == 0.001 and raised.diagnostics.max_unk_share == 0.05
+    assert base.identity() == raised.identity() and "max_unk_share" not in str(base.identity())
+    assert raised.operational()["diagnostics"]["max_unk_share"] == 0.05
+    for bad in (-0.1, 1.5):
+        with pytest.raises(AsrflowError, match=r"diagnostics\.max_unk_share must be a share"):
+            load_recipe({**MODEL, "diagnostics": {"max_unk_share": bad}})
+
+
 def test_every_superseded_key_is_refused():
     for key in ESPNET_SUPERSEDED_KEYS:
         with pytest.raises(AsrflowError, match=key):

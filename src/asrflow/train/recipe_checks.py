@@ -242,6 +242,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "diagnostics.spike_z": (lambda v: v > 0, "> 0"),
     "diagnostics.spike_min_excess": _NON_NEGATIVE,
     "diagnostics.max_consecutive_nonfinite": _POSITIVE_INT,
+    "diagnostics.max_unk_share": (lambda v: 0 <= v <= 1, "a share in [0, 1] (0.001 = 0.1 %)"),
 }
 """Range checks of single settings (``batching`` checks its own when parsed:
 :class:`~asrflow.train.batching.Batching`); cross-checks are in :func:`check_recipe`."""
