@@ -19,12 +19,15 @@ from asrflow.workflow import share_package_with_jobs
 
 share_package_with_jobs(f"{workflow.basedir}/src")
 
-# a bad config stops here with one line naming the key (not Snakemake's dump of the schema)
+# a bad config or recipe stops here with one line naming the key (not Snakemake's dump of the
+# schema, nor a recipe error inside the first rule that reads a recipe)
 try:
     validate(config, "../config/config.schema.yaml")
     # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
     config.update(expand_replicas(config))
     layout.check_config(config)
+    # every run's recipe and overrides, so that a bad one stops here naming the run and the file
+    runs.check_recipes(config)
 except WorkflowError as e:
     raise WorkflowError(config_error_message(e, "config")) from None
 except AsrflowError as e:

@@ -37,7 +37,7 @@ import soundfile
 import yaml
 
 from tests.conftest import utterance_rows, write_wav
-from tests.e2e import environment, snakemake, snakemake_command, write_config
+from tests.e2e import REPO, environment, snakemake, snakemake_command, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -489,6 +489,39 @@ def test_a_run_naming_an_unknown_tokenizer_is_named(tmp_path) -> None:
     assert "config, runs.r.tokenizer: unknown tokenizer 'nope'" in console, console
 
 
+@pytest.mark.parametrize(
+    "change, overrides, says",
+    [
+        (
+            {"encoder": "conformerr"},
+            {},
+            "config, config/recipes/mine.yaml (run r): encoder: ESPnet has no encoder named "
+            "'conformerr' (did you mean conformer?); its encoder names are conformer, transformer",
+        ),
+        (
+            {},
+            {"trainer": {"max_stepz": 10}},
+            "config, run r: unknown key(s) runs.r.overrides.trainer.max_stepz; known keys of",
+        ),
+    ],
+)
+def test_a_bad_recipe_or_override_is_one_line_before_the_dag(tmp_path, change, overrides, says):
+    """Issue 30: a recipe error stopped the DAG inside rule validate_corpus (whose params read
+    every run's recipe) with a traceback, and an override's was blamed on the recipe file; a
+    misspelt ESPnet encoder passed until the smoke run, as a bug."""
+    recipe = yaml.safe_load((REPO / "config/recipes/demo_conformer.yaml").read_text())
+    (tmp_path / "config/recipes").mkdir(parents=True)
+    (tmp_path / "config/recipes/mine.yaml").write_text(yaml.safe_dump({**recipe, **change}))
+    config = _nemo(tmp_path)
+    config["tokenizers"] = {"t": {"corpus": "mine"}}
+    run = {"corpora": ["mine"], "tokenizer": "t", "recipe": "mine", "overrides": overrides}
+    config["runs"] = {"r": run}
+    console = _config_fault(tmp_path, config)
+    assert says in console, console
+    assert "validate_corpus" not in console and "Traceback" not in console, console
+    assert len(console.splitlines()) < 12, console
+
+
 def test_a_missing_manifest_is_named_before_anything_runs(tmp_path) -> None:
     config = _nemo(tmp_path)
     Path(config["corpora"]["mine"]["manifests"]["dev"]).unlink()
@@ -572,6 +605,11 @@ def test_the_good_run_trains(trained) -> None:
     assert summary["status"] == "completed" and summary["steps"] == 4, summary
     assert (workdir / "results/runs/good/export/last/config.yaml").exists(), console[-3000:]
     assert "Traceback" not in console, "a user error must not print a traceback"
+    # the dev speakers d and g are letters no train transcript has: a warning, not a refusal
+    smoke = json.loads((workdir / "results/runs/good/smoke/summary.json").read_text())
+    assert smoke["unk_tokens"]["train"]["unk"] == 0
+    assert smoke["unk_tokens"]["dev"]["unseen_words"] == ["d", "g"], smoke["unk_tokens"]
+    assert "in words with a character no train transcript has" in smoke["warnings"][0]
 
 
 def test_nan_audio_is_named_by_the_loader(trained) -> None:
@@ -675,4 +713,36 @@ def test_a_token_list_that_does_not_match_the_tokenizer_stops_the_smoke_run(
     log = _failed(workdir, "smoke_train", "good")
     assert "tokens.txt" in log and "mismatch" in log, log[-3000:]
     assert not (workdir / "results/runs/good/smoke/summary.json").exists()
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_tokenizer_that_cannot_spell_the_runs_text_stops_the_smoke_run(trained, tmp_path) -> None:
+    """Issue 30: a run whose tokenizer was trained on another corpus trained to the end with 72
+    of 824 target tokens <unk>, and nothing said so."""
+    from lhotse import CutSet
+
+    from asrflow.data.cuts import save_cuts
+    from asrflow.text import TextNormalization
+    from asrflow.tokenizer import TokenizerConfig, train_tokenizer
+    from tests.cuts import audio_less_cut
+
+    workdir = _private_copy(trained[0], tmp_path)
+    other = tmp_path / "other.jsonl.gz"  # another corpus's text: no a, c, f, z
+    cuts = (audio_less_cut(f"o{i}", text="hello number one two three") for i in range(3))
+    save_cuts(CutSet.from_cuts(cuts), other)
+    tok = workdir / "results/tokenizers/clean_char"
+    config = TokenizerConfig(model_type="char")
+    train_tokenizer(other, tok / "bpe.model", tok / "tokens.txt", config, TextNormalization())
+    smoke = "results/runs/good/smoke/summary.json"
+    proc = snakemake(workdir, smoke, "--forcerun", "smoke_train", check=False)
+    assert proc.returncode != 0
+    log = _failed(workdir, "smoke_train", "good")
+    assert re.search(r"run good: \d+ of \d+ train target tokens \([\d.]+ %\) are <unk>", log), log[
+        -3000:
+    ]
+    assert "from words such as 'zero', " in log, log[-3000:]
+    assert "more than diagnostics.max_unk_share (0.1 %)" in log, log[-3000:]
+    assert "Train the tokenizer on this run's corpus" in log, log[-3000:]
+    assert not (workdir / smoke).exists()
+    assert not (workdir / "results/runs/good/smoke/work/train").exists()  # nothing trained
     assert "Traceback" not in proc.stdout + proc.stderr

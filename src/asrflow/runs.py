@@ -31,7 +31,8 @@ from asrflow.layout import (
     sharded_corpora,
 )
 from asrflow.params import Operational
-from asrflow.train.recipe import load_recipe
+from asrflow.train.mappings import deep_merge
+from asrflow.train.recipe import check_overrides, load_recipe, read_recipe_yaml
 
 
 def train_overrides(config: Config, name: str) -> dict[str, Any]:
@@ -79,10 +80,39 @@ def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
 
 def run_recipe(config: Config, name: str, *, smoke: bool = False):
     """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
-    run trains it (:func:`smoke_overrides`)."""
+    run trains it (:func:`smoke_overrides`). An error in ``runs.<run>.overrides`` names that
+    key (:func:`~asrflow.train.recipe.check_overrides`), one in the recipe the file."""
+    check_overrides(run(config, name)["overrides"], name)
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     path = recipe_file(run(config, name)["recipe"])
-    return load_recipe(path, overrides, source=f"{path} (run {name})")
+    source = f"{path} (run {name}{' as its smoke run trains it' if smoke else ''})"
+    return load_recipe(_recipe_data(config, name), overrides, source=source)
+
+
+def _recipe_data(config: Config, name: str) -> Any:
+    """The data of a run's recipe file; an unreadable one names ``runs.<run>.recipe``."""
+    path = recipe_file(run(config, name)["recipe"])
+    try:
+        return read_recipe_yaml(path)
+    except AsrflowError as e:
+        raise AsrflowError(f"runs.{name}.recipe: {e}") from None
+
+
+def check_recipes(config: Config) -> None:
+    """Read and check every run's recipe with its overrides, as the run trains it and as its
+    smoke run does, and the sampling rate its frontend names: what ``rules/common.smk`` runs
+    with the config checks, so that a bad recipe or override stops the workflow before the DAG
+    is built, naming the run and the recipe file or ``runs.<run>.overrides.<key>``, instead of
+    inside the first rule that asks for a recipe (validate_corpus, through
+    :func:`frontend_rates`)."""
+    for name in config["runs"]:
+        recipe = run_recipe(config, name)
+        run_recipe(config, name, smoke=True)
+        try:
+            model_sample_rate(recipe.model.get("frontend_conf"))
+        except AsrflowError as e:
+            path = recipe_file(run(config, name)["recipe"])
+            raise AsrflowError(f"{path} (run {name}): {e}") from None
 
 
 def frontend_rates(config: Config, corpus: str) -> Operational:
@@ -93,11 +123,16 @@ def frontend_rates(config: Config, corpus: str) -> Operational:
     mixed-rates warning name these rates, but no check, cut or error depends on them (audio is
     resampled when loaded). As a plain dict this param made adding a run to the config, or
     renaming one, revalidate the corpus, and so retrain every run already trained on it.
-    The report therefore lists the runs of the config it was last validated under."""
+    The report therefore lists the runs of the config it was last validated under.
+
+    Only the rate is read of each recipe (its file and overrides, not parsed as a whole): the
+    recipes are checked with the config (:func:`check_recipes`), so that a bad one is not
+    reported as a failure of this corpus's validation."""
     rates = {}
     for name in config["runs"]:
         if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
-            rates[name] = model_sample_rate(run_recipe(config, name).model.get("frontend_conf"))
+            data = deep_merge(_recipe_data(config, name), run(config, name)["overrides"])
+            rates[name] = model_sample_rate(data.get("frontend_conf"))
     return Operational(rates)
 
 

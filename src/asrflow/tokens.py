@@ -102,6 +102,18 @@ class TokenEncoder:
         unk = self.unk_id
         return [self._ids.get(p, unk) for p in self.pieces(text)]
 
+    def unknown_words(self, text: str) -> list[tuple[str, int]]:
+        """The words of the normalized ``text`` that :meth:`encode` spells with ``<unk>``, each
+        with its number of ``<unk>`` tokens (in order, repeats kept): what this tokenizer
+        cannot write."""
+        unk = self.unk_id
+        out = []
+        for word in normalize(text, self.normalization).split():
+            n = sum(1 for p in self.spell(word) if self._ids.get(p, unk) == unk)
+            if n:
+                out.append((word, n))
+        return out
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of token IDs: ``<blank>`` and ``<sos/eos>`` dropped, ``▁`` read as a space."""
         n = len(self.tokens)

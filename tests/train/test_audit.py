@@ -106,6 +106,32 @@ def test_stats_of_known_batches(tmp_path: Path):
     assert report["batching"]["max_duration"] == 4.0
 
 
+def test_the_audit_counts_the_unk_train_targets_and_warns(tmp_path: Path, caplog):
+    """Issue 30: a tokenizer that cannot spell the train text trained a run unwarned; the
+    audit, which encodes every train target, reports and warns (the smoke run stops above
+    diagnostics.max_unk_share: tests/train/test_unk.py)."""
+    clean = setup(tmp_path / "clean", EVEN)
+    assert run(clean, "token")["unk_tokens"] == {
+        "split": "train",
+        "tokens": 12 * len(TokenEncoder(clean.model, clean.tokens, NORM).encode(EVEN[0])),
+        "unk": 0,
+        "share": 0.0,
+        "words": [],
+        "unseen": 0,
+        "unseen_words": [],
+    }
+    env = setup(tmp_path, EVEN)  # a tokenizer of a and b only
+    save_cuts(make_cuts(["ab ca"] * 4 + ["ab ba"] * 8), env.cuts_path)
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.audit"):
+        report = run(env, "token")
+    assert report["unk_tokens"]["unk"] == 4 and report["unk_tokens"]["words"] == ["ca"]
+    [warning] = report["warnings"]
+    assert warning.startswith("4 of 72 train target tokens (5.56 %) are <unk>, from words such")
+    assert "cannot spell them" in warning and warning in caplog.text
+    text = (env.root / "audit" / "audit.txt").read_text()
+    assert text.startswith(f"WARNING: {warning}") and "<unk> targets: 4 of 72 tokens" in text
+
+
 def test_padding_ratio_with_mixed_durations(tmp_path: Path):
     env = setup(tmp_path, ["ab"] * 2, [1.0, 3.0])
     report = run(env, "token", batching={"max_duration": 10.0, "num_buckets": 2, "shuffle": False})

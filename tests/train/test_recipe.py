@@ -19,7 +19,7 @@ from asrflow.train.recipe import (
     scaled_lr,
     update_budget,
 )
-from asrflow.train.recipe_checks import ESPNET_SUPERSEDED_KEYS
+from asrflow.train.recipe_checks import ESPNET_CHOICES, ESPNET_SUPERSEDED_KEYS, check_overrides
 from asrflow.train.sections import Criterion, LossConfig, SchedulerConfig, TrainerConfig
 from asrflow.train.trainer import trainer_kwargs
 from tests.train.tiny_espnet import build_asr_model, num_parameters
@@ -250,6 +250,100 @@ def test_check_recipe_errors(change, message):
 def test_check_recipe_model_section(model, message):
     with pytest.raises(AsrflowError, match=message):
         check_recipe(recipe_from_dict(model))
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (
+            {**MODEL, "encoder": "conformerr"},
+            r"encoder: ESPnet has no encoder named 'conformerr' \(did you mean conformer\?\); "
+            r"its encoder names are conformer, transformer, .*, e_branchformer, ",
+        ),
+        (
+            {**MODEL, "encoder": "Conformer"},
+            r"no encoder named 'Conformer' \(did you mean conformer",
+        ),
+        (
+            {**MODEL, "decoder": "transfromer"},
+            r"decoder named 'transfromer' \(did you mean transformer",
+        ),
+        (
+            {**MODEL, "frontend": "fbank"},
+            r"no frontend named 'fbank'; its frontend names are default",
+        ),
+        ({**MODEL, "normalize": 3}, r"normalize must be the name of an ESPnet normalize, got 3"),
+    ],
+)
+def test_an_unknown_espnet_component_is_named_with_the_valid_names(tmp_path, model, message):
+    """Issue 30: `encoder: conformerr` passed every check and failed in the smoke run as ESPnet's
+    ValueError, reported as a bug; now the recipe file, the key and ESPnet's names."""
+    with pytest.raises(AsrflowError, match=message) as info:
+        load_recipe(write(tmp_path, model))
+    assert str(info.value).startswith(f"{tmp_path / 'recipe.yaml'}: ")
+    # null is ESPnet's "none" where it allows one (decoder: null for CTC only): not ours to judge
+    check_recipe(recipe_from_dict({**MODEL, "decoder": None, "specaug": None}))
+
+
+def test_the_espnet_component_names_are_the_installed_espnets():
+    """ESPNET_CHOICES is checked when the DAG is built, where ESPnet (torch) is not imported:
+    it must list what the installed ESPnet's ASRTask accepts."""
+    from asrflow.espnet_import import espnet_import
+
+    with espnet_import():
+        from espnet2.tasks.asr import ASRTask
+
+    installed = {
+        c.name: tuple(n for n in c.choices() if n is not None) for c in ASRTask.class_choices_list
+    }
+    assert installed == ESPNET_CHOICES
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"trainer": {"max_stepz": 10}},
+            r"^run r: unknown key\(s\) runs\.r\.overrides\.trainer\.max_stepz; known keys of "
+            r"trainer: max_steps",
+        ),
+        (
+            {"trainer": {"max_steps": "ten"}},
+            r"^run r: runs\.r\.overrides\.trainer\.max_steps must be an integer",
+        ),
+        ({"optim": {"lr": -1}}, r"^run r: runs\.r\.overrides\.optim\.lr must be > 0, got -1\.0$"),
+        ({"optim": "adam"}, r"^run r: runs\.r\.overrides\.optim must be a mapping"),
+        (
+            {"batching": {"num_buckets": 1}},
+            r"^run r: runs\.r\.overrides\.batching\.num_buckets must",
+        ),
+        (
+            {"best_model_criterion": [["valid", "loss", "min"]]},
+            r"runs\.r\.overrides\.best_model_criterion\[0\]",
+        ),
+        ({"encoder": "conformerr"}, r"^run r: runs\.r\.overrides\.encoder: ESPnet has no encoder"),
+    ],
+)
+def test_an_override_error_names_the_override_not_the_recipe(tmp_path, overrides, message):
+    """Issue 30: a typo in runs.<run>.overrides was reported as the recipe file's."""
+    with pytest.raises(AsrflowError, match=message) as info:
+        check_overrides(overrides, "r")
+    assert "recipe.yaml" not in str(info.value)
+    # ranges apply to what the overrides set, not to the sections' defaults they leave out
+    check_overrides({"trainer": {"max_steps": 10}, "encoder_conf": {"num_blocks": 1}}, "r")
+
+
+def test_the_unk_limit_is_an_operational_share():
+    """diagnostics.max_unk_share (issue 30) only gates the smoke run: changing it, or adding
+    the key, keeps every recipe's identity and hash (no run retrains)."""
+    base = recipe_from_dict(MODEL)
+    raised = recipe_from_dict({**MODEL, "diagnostics": {"max_unk_share": 0.05}})
+    assert base.diagnostics.max_unk_share == 0.001 and raised.diagnostics.max_unk_share == 0.05
+    assert base.identity() == raised.identity() and "max_unk_share" not in str(base.identity())
+    assert raised.operational()["diagnostics"]["max_unk_share"] == 0.05
+    for bad in (-0.1, 1.5):
+        with pytest.raises(AsrflowError, match=r"diagnostics\.max_unk_share must be a share"):
+            load_recipe({**MODEL, "diagnostics": {"max_unk_share": bad}})
 
 
 def test_every_superseded_key_is_refused():

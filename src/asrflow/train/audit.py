@@ -39,6 +39,7 @@ from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batching import Batching
 from asrflow.train.data import make_sampler
+from asrflow.train.unk import UnkCount, unk_warnings
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,18 @@ def describe(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def token_counts(cuts: Sequence[Cut], encoder: TokenEncoder) -> dict[str, int]:
-    """Tokens per cut ID; raises (listing the manifest lines) when any cut has no token."""
+def token_counts(
+    cuts: Sequence[Cut], encoder: TokenEncoder, unk: UnkCount | None = None
+) -> dict[str, int]:
+    """Tokens per cut ID; raises (listing the manifest lines) when any cut has no token.
+    ``unk``: also counts the ``<unk>`` targets there (the same encoding of each transcript)."""
     counts: dict[str, int] = {}
     empty: list[str] = []
     for cut in cuts:
-        n = len(encoder.encode(text(cut)))
+        ids = encoder.encode(text(cut))
+        if unk is not None:
+            unk.add(encoder, text(cut), ids)
+        n = len(ids)
         if n == 0:
             empty.append(f"{origin(cut)}: cut {cut.id} (transcript {text(cut)!r})")
         counts[cut.id] = n
@@ -219,7 +226,9 @@ def audit_batches(
     (:meth:`asrflow.train.shards.ShardBatches.epoch_batches`), audited instead of the
     per-file sampler's; the bins are that sampler's, as in training.
 
-    Returns the JSON report (see :func:`summarize`; plus ``num_cuts``, ``batches_per_epoch``,
+    Returns the JSON report (see :func:`summarize`; plus ``unk_tokens``, the train targets
+    that are ``<unk>``, over the cuts audited: a warning names them when any is, and the smoke
+    run stops above ``diagnostics.max_unk_share``; ``num_cuts``, ``batches_per_epoch``,
     ``batching``, the sampler's estimated ``duration_bins`` and ``normalization_sha256``).
     Warnings are also logged at WARNING level.
     """
@@ -228,12 +237,16 @@ def audit_batches(
     settings = Batching.coerce(batching)
     encoder = TokenEncoder(bpe_model, tokens_txt, normalization)
     cuts = load_cuts(cuts_path)
-    tokens = token_counts(cuts, encoder)
+    unk = UnkCount("train")
+    tokens = token_counts(cuts, encoder, unk)
     if not tokens:
         raise AsrflowError(f"{cuts_path}: no train cuts to audit")
 
     batches, per_epoch, bins = sampled_batches(cuts, settings, tokens, epochs, shard_batches)
     report = summarize(batches, loss_normalization, epochs=epochs)
+    # the smoke run stops above diagnostics.max_unk_share (asrflow.train.unk); here, a warning
+    report["unk_tokens"] = unk.to_dict()
+    report["warnings"] += unk_warnings(unk, bpe_model)
     report["num_cuts"] = len(cuts)
     report["batches_per_epoch"] = per_epoch
     report["batching"] = settings.sampler_kwargs()
@@ -285,6 +298,9 @@ def format_summary(report: Mapping[str, Any]) -> str:
     if "batching" in report:
         lines.append("sampler: " + ", ".join(f"{k}={v}" for k, v in report["batching"].items()))
     lines.append(f"loss normalization: {report['loss_normalization']}")
+    if "unk_tokens" in report:
+        unk = report["unk_tokens"]
+        lines.append(f"<unk> targets: {unk['unk']} of {unk['tokens']} tokens")
     lines.append("")
     header = f"{'':<24}" + "".join(f"{c:>10}" for c in _COLUMNS) + f"{'cv':>8}"
     lines.append(header)

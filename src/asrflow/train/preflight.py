@@ -1,19 +1,22 @@
 """The two jobs before a long training run: the batch audit (the recipe's sampler over the
 train cuts, no model) and the smoke run (a few steps, a validation, an export decoded by ESPnet's
-``Speech2Text``), so that a manifest, tokenizer, model or export mismatch fails in a minute.
+``Speech2Text``), so that a manifest, tokenizer, model or export mismatch fails in a minute. The
+smoke run first counts the ``<unk>`` targets of the run's train and dev splits
+(:func:`check_targets`): a tokenizer that cannot spell them stops it before it trains.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
-from asrflow.data.cuts import load_cuts
+from asrflow.data.cuts import load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
 from asrflow.io import write_json
@@ -21,8 +24,10 @@ from asrflow.text import TextNormalization
 from asrflow.train.parts import load_train_cuts
 from asrflow.train.recipe import AUDIT_SECTIONS, recipe_sections
 from asrflow.train.runner import train_run
-from asrflow.train.spec import RunSpec, spec_recipe_data
+from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data
 from asrflow.types import Pathlike
+
+log = logging.getLogger(__name__)
 
 
 def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
@@ -83,12 +88,14 @@ def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict
     work = Path(work_dir)
     if work.exists():
         shutil.rmtree(work)
+    targets = check_targets(spec)
     out = work / "out"
     summary = train_run(spec, work / "train", out, work / "summary.json")
     if summary["status"] != "completed":
         raise AsrflowError(
             f"smoke run of {spec.name} failed ({summary['failure']}): {summary['error']}"
         )
+    summary.update(targets)
     transcripts = sorted((out / "diagnostics" / "transcripts").glob("step*.txt"))
     if not transcripts:
         raise RuntimeError("smoke run: the validation wrote no transcripts")
@@ -112,3 +119,27 @@ def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict
     write_json(summary_path, summary)
     shutil.rmtree(work)
     return summary
+
+
+def check_targets(spec: RunSpec) -> dict[str, Any]:
+    """``<unk>`` among all of a run's train and dev targets (:mod:`asrflow.train.unk`), before
+    the smoke run trains: raises above the recipe's ``diagnostics.max_unk_share``, logs a
+    warning below it. Returns the summary's ``unk_tokens`` (per split) and ``warnings``."""
+    from asrflow.tokens import TokenEncoder
+    from asrflow.train.unk import check_unk, count_unk, target_characters
+
+    limit = spec_recipe(spec).diagnostics.max_unk_share
+    normalization = TextNormalization.from_dict(spec.normalization)
+    encoder = TokenEncoder(spec.bpe_model, spec.tokens, normalization)
+    train = [text(cut) for path in spec.train_cuts for cut in load_cuts(path)]
+    dev = [text(cut) for cut in load_cuts(spec.dev_cuts)]
+    counts = (
+        count_unk(train, encoder, "train"),
+        count_unk(dev, encoder, "dev", known=target_characters(train, encoder)),
+    )
+    warnings = []
+    for count in counts:
+        for warning in check_unk(count, limit, spec.name, spec.bpe_model):
+            log.warning("run %s: %s", spec.name, warning)
+            warnings.append(warning)
+    return {"unk_tokens": {c.split: c.to_dict() for c in counts}, "warnings": warnings}

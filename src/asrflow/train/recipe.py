@@ -33,7 +33,7 @@ import yaml
 
 from asrflow.errors import AsrflowError
 from asrflow.train.mappings import deep_merge
-from asrflow.train.recipe_checks import check_recipe, recipe_from_dict
+from asrflow.train.recipe_checks import check_overrides, check_recipe, recipe_from_dict
 from asrflow.train.sections import (
     OPERATIONAL_KEYS,
     SHARD_DEALING_KEYS,
@@ -50,6 +50,7 @@ __all__ = [
     "OPERATIONAL_KEYS",
     "SHARD_DEALING_KEYS",
     "Recipe",
+    "check_overrides",
     "check_recipe",
     "effective_batch_seconds",
     "load_recipe",

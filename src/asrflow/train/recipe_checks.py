@@ -8,6 +8,7 @@ Every error names the recipe (``source``) and the key.
 
 from __future__ import annotations
 
+import difflib
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -54,23 +55,54 @@ ESPNET_SUPERSEDED_KEYS: dict[str, str] = {
 }
 """ESPnet training keys a recipe must not carry, with what replaces each."""
 
+ESPNET_CHOICES: dict[str, tuple[str, ...]] = {
+    "frontend": (
+        "default", "sliding_window", "s3prl", "espnet_ssl", "fused", "whisper", "huggingface",
+        "wav2vec_cnn",
+    ),
+    "specaug": ("specaug",),
+    "normalize": ("global_mvn", "utterance_mvn"),
+    "model": ("espnet", "maskctc", "pit_espnet"),
+    "preencoder": ("sinc", "linear"),
+    "encoder": (
+        "conformer", "transformer", "transformer_multispkr", "contextual_block_transformer",
+        "contextual_block_conformer", "vgg_rnn", "rnn", "wav2vec2", "hubert", "hubert_pretrain",
+        "torchaudiohubert", "longformer", "branchformer", "whisper", "e_branchformer", "avhubert",
+        "multiconv_conformer", "beats",
+    ),
+    "postencoder": ("hugging_face_transformers", "length_adaptor"),
+    "decoder": (
+        "transformer", "lightweight_conv", "lightweight_conv2d", "dynamic_conv", "dynamic_conv2d",
+        "rnn", "transducer", "mlm", "whisper", "hugging_face_transformers", "s4", "linear_decoder",
+    ),
+    "preprocessor": ("default", "multi"),
+}  # fmt: skip
+"""The names ESPnet's ``ASRTask`` accepts for each component key of a recipe (its
+``class_choices_list``, ESPnet 202611; null is a value of its own, left to ESPnet), so that a
+misspelt name (``encoder: conformerr``) stops when the recipe is read, before any job runs,
+instead of as ESPnet's ValueError in the smoke run. ``tests/train/test_recipe.py`` compares it
+with the installed ESPnet's."""
 
-def recipe_from_dict(data: Mapping[str, Any], source: str = "recipe") -> Recipe:
+
+def recipe_from_dict(
+    data: Mapping[str, Any], source: str = "recipe", *, key_prefix: str = ""
+) -> Recipe:
     """Parse recipe data: types and keys, and the values of a section that checks its own
-    (``batching``); :func:`check_recipe` checks the other values."""
+    (``batching``); :func:`check_recipe` checks the other values. ``key_prefix``: what an error
+    puts before a key's name (``runs.<run>.overrides.`` for a run's overrides)."""
     model = {k: v for k, v in data.items() if k not in SECTIONS}
     sections = {
-        name: _parse_section(cls, name, data.get(name), source)
+        name: _parse_section(cls, name, data.get(name), source, key_prefix)
         for name, cls in SECTION_TYPES.items()
     }
-    criteria = _parse_criteria(data.get("best_model_criterion", _UNSET), source)
+    criteria = _parse_criteria(data.get("best_model_criterion", _UNSET), source, key_prefix)
     return Recipe(model=model, criteria=criteria, **sections)
 
 
 _UNSET: Any = object()
 
 
-def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
+def _parse_section(cls: type, name: str, raw: Any, source: str, prefix: str = "") -> Any:
     if raw is None:
         return cls()
     if not isinstance(raw, Mapping):
@@ -80,13 +112,15 @@ def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
                 f"; {name}: {raw} is ESPnet's syntax, write {name}: {{name: ..., ...}} instead "
                 f"(see the recipe docs) and drop {name}_conf"
             )
-        raise AsrflowError(f"{source}: {name} must be a mapping of settings, got {raw!r}{hint}")
+        raise AsrflowError(
+            f"{source}: {prefix}{name} must be a mapping of settings, got {raw!r}{hint}"
+        )
     hints = typing.get_type_hints(cls)
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise AsrflowError(
-            f"{source}: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+            f"{source}: unknown key(s) {', '.join(f'{prefix}{name}.{k}' for k in unknown)}; "
             f"known keys of {name}: {', '.join(known)}"
         )
     values = {}
@@ -97,12 +131,12 @@ def _parse_section(cls: type, name: str, raw: Any, source: str) -> Any:
             values[key] = _coerce(value, hints[key])
         except TypeError:
             raise AsrflowError(
-                f"{source}: {name}.{key} must be {_describe(hints[key])}, got {value!r}"
+                f"{source}: {prefix}{name}.{key} must be {_describe(hints[key])}, got {value!r}"
             ) from None
     try:
         return cls(**values)
-    except AsrflowError as e:  # a section that checks its own values (batching)
-        raise AsrflowError(f"{source}: {e}") from None
+    except AsrflowError as e:  # a section that checks its own values (batching: "batching.<key>")
+        raise AsrflowError(f"{source}: {prefix}{e}") from None
 
 
 def _coerce(value: Any, hint: Any) -> Any:
@@ -151,12 +185,13 @@ def _describe(hint: Any) -> str:
     )
 
 
-def _parse_criteria(raw: Any, source: str) -> tuple[Criterion, ...]:
+def _parse_criteria(raw: Any, source: str, prefix: str = "") -> tuple[Criterion, ...]:
     if raw is _UNSET:
         return DEFAULT_CRITERIA
     if not isinstance(raw, list):
         raise AsrflowError(
-            f"{source}: best_model_criterion must be a list of [monitor, top_k, mode], got {raw!r}"
+            f"{source}: {prefix}best_model_criterion must be a list of [monitor, top_k, mode], "
+            f"got {raw!r}"
         )
     out = []
     for i, item in enumerate(raw):
@@ -168,9 +203,9 @@ def _parse_criteria(raw: Any, source: str) -> tuple[Criterion, ...]:
             )
         except (TypeError, ValueError):
             raise AsrflowError(
-                f"{source}: best_model_criterion[{i}] = {item!r} must be [monitor, top_k, mode], "
-                "e.g. [valid/loss, 3, min] (ESPnet2's [valid, loss, min] and ESPnet3's "
-                "[valid/acc, max, 10] orders are not accepted)"
+                f"{source}: {prefix}best_model_criterion[{i}] = {item!r} must be "
+                "[monitor, top_k, mode], e.g. [valid/loss, 3, min] (ESPnet2's [valid, loss, min] "
+                "and ESPnet3's [valid/acc, max, 10] orders are not accepted)"
             ) from None
         out.append(Criterion(monitor, top_k, mode))
     return tuple(out)
@@ -207,6 +242,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "diagnostics.spike_z": (lambda v: v > 0, "> 0"),
     "diagnostics.spike_min_excess": _NON_NEGATIVE,
     "diagnostics.max_consecutive_nonfinite": _POSITIVE_INT,
+    "diagnostics.max_unk_share": (lambda v: 0 <= v <= 1, "a share in [0, 1] (0.001 = 0.1 %)"),
 }
 """Range checks of single settings (``batching`` checks its own when parsed:
 :class:`~asrflow.train.batching.Batching`); cross-checks are in :func:`check_recipe`."""
@@ -263,6 +299,9 @@ def _check_model(
             )
     if not isinstance(model.get("encoder"), str) or not model["encoder"]:
         fail("encoder is missing: name an ESPnet encoder (e.g. encoder: conformer)")
+    problem = component_problem(model)
+    if problem:
+        fail(problem)
     for key, value in model.items():
         if key.endswith("_conf") and value is not None and not isinstance(value, Mapping):
             fail(f"{key} must be a mapping of ESPnet settings, got {value!r}")
@@ -282,3 +321,42 @@ def _check_model(
             "loss.normalization is token but model_conf.length_normalized_loss is true: the "
             "attention loss would be divided by the token count twice; set one of them off"
         )
+
+
+def component_problem(model: Mapping[str, Any], key_prefix: str = "") -> str | None:
+    """What is wrong with the first ESPnet component name of ``model`` (``encoder``,
+    ``decoder``, ...) that ESPnet's ``ASRTask`` does not know (:data:`ESPNET_CHOICES`), naming
+    the key, the close matches and the valid names; None when all are known."""
+    for key, names in ESPNET_CHOICES.items():
+        value = model.get(key)
+        if value is None or (isinstance(value, str) and value in names):
+            continue
+        if not isinstance(value, str):
+            return f"{key_prefix}{key} must be the name of an ESPnet {key}, got {value!r}"
+        close = difflib.get_close_matches(value.lower(), names, n=1)
+        guess = f" (did you mean {close[0]}?)" if close else ""
+        return (
+            f"{key_prefix}{key}: ESPnet has no {key} named {value!r}{guess}; its {key} names are "
+            f"{', '.join(names)}"
+        )
+    return None
+
+
+def check_overrides(overrides: Mapping[str, Any], run: str) -> None:
+    """Check ``runs.<run>.overrides`` on its own: asrflow's keys known and typed, each single
+    setting in range, ESPnet's component names known. An error names the override's key
+    (``runs.<run>.overrides.trainer.max_steps``), not the recipe file; how overridden settings
+    fit with the recipe's is checked with the merged recipe (:func:`check_recipe`)."""
+    prefix = f"runs.{run}.overrides."
+    source = f"run {run}"
+    recipe = recipe_from_dict(overrides, source, key_prefix=prefix)
+    for path, (ok, expected) in _RANGES.items():
+        section, key = path.split(".")
+        if key not in (overrides.get(section) or {}):
+            continue
+        value = getattr(getattr(recipe, section), key)
+        if not ok(value):
+            raise AsrflowError(f"{source}: {prefix}{path} must be {expected}, got {value!r}")
+    problem = component_problem(overrides, prefix)
+    if problem:
+        raise AsrflowError(f"{source}: {problem}")

@@ -113,6 +113,10 @@ class DiagnosticsConfig:
     token is more than ``spike_z`` robust standard deviations (log scale, median and MAD) above
     the median utterance of the last ``spike_window`` batches, at least ``spike_factor`` x that
     median, and at least ``spike_min_excess`` nats per token above it.
+
+    ``max_unk_share``: the most of a split's target tokens that may be ``<unk>`` (pieces the
+    run's tokenizer cannot spell; :mod:`asrflow.train.unk`): the smoke run stops above it, for
+    the train and the dev split, before it trains a step; below it, any is a warning.
     """
 
     num_decode_utterances: int = 8
@@ -122,6 +126,7 @@ class DiagnosticsConfig:
     spike_min_excess: float = 1.0
     blank_warning_after_warmup: bool = True
     max_consecutive_nonfinite: int = 3
+    max_unk_share: float = 0.001
 
 
 DEFAULT_CRITERIA = (Criterion("valid/loss", 3, "min"), Criterion("valid/wer", 2, "min"))
@@ -209,6 +214,8 @@ OPERATIONAL_KEYS: frozenset[str] = frozenset(
         "diagnostics.spike_z",
         "diagnostics.spike_min_excess",
         "diagnostics.blank_warning_after_warmup",
+        # a gate before training: it decides whether the smoke run passes, not what it writes
+        "diagnostics.max_unk_share",
     }
 )
 """The recipe keys that cannot change the trained weights, the checkpoints kept or how a run

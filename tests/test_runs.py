@@ -1,0 +1,90 @@
+"""asrflow.runs: every run's recipe checked with the config, and what a bad one is blamed on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from asrflow import runs
+from asrflow.errors import AsrflowError
+from tests.configs import config_with_runs
+
+MODEL = {
+    "encoder": "conformer",
+    "encoder_conf": {"output_size": 16, "num_blocks": 2},
+    "model_conf": {"ctc_weight": 1.0},
+    "frontend_conf": {"fs": 8000},
+}
+
+
+@pytest.fixture
+def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Write ``config/recipes/<name>.yaml`` under a temporary workflow directory (the recipes
+    are read relative to it, as Snakemake runs the workflow from its root)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config" / "recipes").mkdir(parents=True)
+
+    def write(name: str, data: dict[str, Any]) -> None:
+        (tmp_path / "config" / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(data))
+
+    return write
+
+
+def refusal(config: dict[str, Any]) -> str:
+    with pytest.raises(AsrflowError) as info:
+        runs.check_recipes(config)
+    return str(info.value)
+
+
+def test_good_recipes_pass_and_a_misspelt_component_names_the_run_and_file(recipes) -> None:
+    recipes("good", MODEL)
+    recipes("typo", {**MODEL, "encoder": "conformerr"})
+    runs.check_recipes(config_with_runs(a={"recipe": "good"}))
+    message = refusal(config_with_runs(a={"recipe": "good"}, b={"recipe": "typo"}))
+    assert message.startswith("config/recipes/typo.yaml (run b): encoder: ESPnet has no encoder")
+    assert "conformer, transformer" in message and "\n" not in message
+
+
+def test_an_override_typo_names_the_override_key_not_the_recipe(recipes) -> None:
+    """Issue 30: it named config/recipes/<recipe>.yaml, which has no such key."""
+    recipes("good", MODEL)
+    config = config_with_runs(a={"recipe": "good", "overrides": {"trainer": {"max_stepz": 10}}})
+    message = refusal(config)
+    assert "runs.a.overrides.trainer.max_stepz" in message
+    assert "config/recipes" not in message
+    bad_value = config_with_runs(a={"recipe": "good", "overrides": {"optim": {"lr": 0}}})
+    assert refusal(bad_value) == "run a: runs.a.overrides.optim.lr must be > 0, got 0.0"
+
+
+def test_a_missing_recipe_names_the_run_key(recipes) -> None:
+    message = refusal(config_with_runs(a={"recipe": "nope"}))
+    assert message.startswith("runs.a.recipe: cannot read recipe config/recipes/nope.yaml")
+
+
+def test_the_smoke_runs_recipe_is_checked_too(recipes) -> None:
+    recipes("good", MODEL)
+    config = config_with_runs(a={"recipe": "good"})
+    config["smoke"]["max_steps"] = 1  # its warmup (1 step) would not end before training does
+    message = refusal(config)
+    assert message.startswith("config/recipes/good.yaml (run a as its smoke run trains it): ")
+    assert "scheduler.warmup" in message
+
+
+def test_a_bad_sampling_rate_names_the_recipe(recipes) -> None:
+    recipes("fs", {**MODEL, "frontend_conf": {"fs": "fast"}})
+    message = refusal(config_with_runs(a={"recipe": "fs"}))
+    assert message.startswith("config/recipes/fs.yaml (run a): frontend_conf.fs: 'fast'")
+
+
+def test_frontend_rates_reads_only_the_rate(recipes) -> None:
+    """Issue 30: the validation's params parsed every run's recipe, so any recipe error failed
+    the DAG inside rule validate_corpus of every corpus; the recipes are checked with the
+    config now (check_recipes), and frontend_rates reads the rate alone."""
+    recipes("bad", {**MODEL, "optim": {"lr": -1}})
+    config = config_with_runs(
+        a={"recipe": "bad"}, b={"recipe": "bad", "overrides": {"frontend_conf": {"fs": "16k"}}}
+    )
+    assert dict(runs.frontend_rates(config, "c")) == {"a": 8000, "b": 16000}
