@@ -321,7 +321,7 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     assert (chosen[["wer_diff_vs_selected", "wer_diff_vs_selected_ci_high"]] == 0).all().all()
     assert (table["wer_diff_vs_selected_ci_low"] <= table["wer_diff_vs_selected"]).all()
     markdown = (trained / "results/report/comparison.md").read_text()
-    assert "tiny_ctc" in markdown and "| 15/15 |" in markdown and "(partial)" not in markdown
+    assert "tiny_ctc" in markdown and "| 15/15 |" in markdown and "(partial) |" not in markdown
     assert (table["utterances_scored"] == 15).all() and (table["utterances_excluded"] == 0).all()
     plots = trained / "results/report/plots/tiny_ctc"
     for name in ("learning_curves.png", "tiny.dev.slices.png", "tiny.test.slices.png"):

@@ -563,3 +563,50 @@ def test_report_reads_the_train_records_and_the_baseline_run(tmp_path):
     assert table.loc["a", "changed_vs_baseline"] == "packages: torch 2.6.0 -> 2.5.1"
     assert table.loc["a", "baseline_run"] == "b" and not table.loc["a", "confounded"]
     assert "(vs baseline b: packages: torch 2.6.0 -> 2.5.1)" in out["md"].read_text()
+
+
+def test_an_empty_difference_cell_says_why(inputs):
+    train, (last, best), selections, _ = inputs
+    errors = {
+        ("good", "valid.wer.best", "demo.dev"): _errors([1, 2, 3]),
+        ("good", "last", "demo.dev"): _errors([2, 2, 3]),
+    }
+    partial = {"eval_cuts_sha256": sha("f"), "utterances_total": 12, "utterances_scored": 10,
+               "utterances_excluded": 2, "excluded_by_reason": {"too_long": 2},
+               "seconds_total": 400.0, "seconds_excluded": 300.0}  # fmt: skip
+    cases = {
+        "another scoring contract": {"contract_sha256": OTHER_CONTRACT},
+        "scored on other utterances (evaluation.filter excluded some of good/last)": partial,
+    }
+    for why, changed in cases.items():
+        df = comparison_table(train, [{**last, **changed}, best], selections, (), errors)
+        row = df[df["artifact"] == "last"].iloc[0]
+        assert row["not_compared"] == f"not compared with valid.wer.best (selected): {why}"
+        assert pd.isna(df[df["artifact"] == "valid.wer.best"].iloc[0]["not_compared"])
+    other = {**errors, ("good", "last", "demo.dev"): _errors([2, 2, 3], ids=["u000", "u1", "x"])}
+    df = comparison_table(train, [last, best], selections, (), other)
+    assert df[df["artifact"] == "last"].iloc[0]["not_compared"].endswith(
+        "utterances or references differ"
+    )
+    df = comparison_table(train, [last, best], selections, (), errors)  # compared: no note
+    assert df["not_compared"].isna().all()
+
+
+def test_a_partial_eval_set_is_counted_and_marked_in_the_tables(inputs):
+    train, (last, best), selections, _ = inputs
+    whole = {"utterances_total": 12, "utterances_scored": 12, "utterances_excluded": 0,
+             "excluded_by_reason": {}, "seconds_total": 314.0, "seconds_excluded": 0.0}  # fmt: skip
+    partial = {**whole, "eval_cuts_sha256": sha("f"), "utterances_scored": 4,
+               "utterances_excluded": 8, "excluded_by_reason": {"too_long": 8},
+               "seconds_excluded": 303.5}  # fmt: skip
+    df = comparison_table(train, [{**last, **partial}, {**best, **whole}], selections, ())
+    row = df[df["artifact"] == "last"].iloc[0]
+    assert (row["utterances_scored"], row["utterances_excluded"]) == (4, 8)
+    assert row["excluded_by_reason"] == "8 too_long"
+    # never ranked with the whole set: each is first among its own utterances
+    assert set(df.loc[df["eval_set"] == "demo.dev", "rank"].dropna()) == {1}
+    markdown = report_markdown(df)
+    assert "| 4/12 (excluded: 8 too_long, 303.5 s) |" in markdown
+    assert "| 12/12 |" in markdown
+    assert "30.00 (partial)" in markdown and "25.00 (partial)" not in markdown
+    assert "2 different sets of utterances" in markdown
