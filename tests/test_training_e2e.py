@@ -508,16 +508,19 @@ def test_a_dev_transcript_change_reruns_training_but_not_the_tokenizer(trained):
 def test_a_train_filter_change_that_keeps_train_and_dev_changes_no_evaluation(trained):
     """Issue 30: the training filter shapes what is trained on, never an eval set. A bound that
     removes only the test split's longest utterance (3.6 s; train and dev are at most 3.3 and
-    2.6 s) reruns the three filter jobs and nothing after them."""
+    2.6 s) reruns the three filter jobs (their params changed), and once they have written
+    train and dev as they were, nothing: before, the test set lost that utterance and its four
+    evaluations reran on the rest."""
     config = trained / "config.yaml"
     with _restored(config):
         cfg = yaml.safe_load(config.read_text())
         cfg["corpora"]["tiny"]["filter"] = {"max_duration": 3.5}
         config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        ran = executed(snakemake(trained))
+        ran = executed(snakemake(trained, "--until", "filter_split"))
         assert rule_counts(ran) == {"filter_split": 3}, ran
         report = json.loads((trained / "results/data/tiny/filtered/test.report.json").read_text())
         assert report["removed_by_reason"]["too_long"] == 1
+        assert dry_run(trained) == set()
     snakemake(trained, "--until", "filter_split")  # the default bounds back
     _settle(trained)
 
