@@ -5,13 +5,14 @@ utterances ("pieces", 3-7 takes of one speaker, 2-5 s), and pieces into long rec
 3 minutes by default). One package decodes, in one process and in the evaluation dtype (bf16
 weights, no autocast, greedy CTC), each long recording in windows
 (:meth:`asrflow.evaluate.decode.PackageModel.transcribe_long`, ``window_seconds`` and overlap as
-given) and each of its pieces alone. Printed per speaker and length: the WER of the long
-recording's transcript against the pieces' transcripts joined (the stitching's cost: 0 means
-the windows transcribe exactly what the pieces do), and each one's WER against the reference.
+given), whole in one forward pass (up to 5 minutes), and each of its pieces alone. Printed per
+speaker and length: the WER of the windowed transcript against the pieces' transcripts joined
+and against the whole decode's (the windows' own cost: 0 means they transcribe what one pass
+over the recording does), and each one's WER against the reference.
 
-The peak memory of one decode is measured in a fresh process per case (``ru_maxrss`` after
-loading the model and the audio, and after decoding): a 10-minute recording in windows, and a
-3-minute one whole (``window_seconds`` 0) for contrast.
+The peak memory of one decode is measured in a fresh process per case (the resident set after
+loading the model and the audio, and its peak during the decode: ``VmHWM``, reset first): a
+10-minute recording in windows, and a 3-minute one in windows and whole (``window_seconds`` 0).
 
 Without ``--package`` it first trains a small CTC conformer (8 kHz frontend, ~1 M parameters) on
 connected digits of three speakers (``--train-speakers``, default george, jackson, lucas) for
@@ -32,7 +33,6 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -53,6 +53,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 FSDD = REPO.parent / "shared/corpora/fsdd4/all.jsonl"
 RATE = 8000
+WHOLE_UP_TO = 300.0
+"""Longest recording also decoded whole (one forward pass): the windows' own effect, apart."""
 
 MODEL = {
     "frontend": "default",
@@ -194,6 +196,7 @@ def accuracy(
     model = PackageModel(
         package, Decoding(device="cpu", window_seconds=window, window_overlap_seconds=overlap)
     )
+    whole = PackageModel(package, Decoding(device="cpu", window_seconds=0))
     rows = []
     for speaker in speakers:
         rng = np.random.default_rng(seed)
@@ -203,6 +206,7 @@ def accuracy(
             long = join(parts, rng, sample_rate=RATE, pause=(0.2, 0.5))
             alone = model.transcribe([p.audio for p in parts])
             windowed = model.transcribe_long(long.audio, batch_seconds=60)
+            in_one = whole.transcribe([long.audio])[0] if seconds <= WHOLE_UP_TO else None
             rows.append(
                 {
                     "speaker": speaker,
@@ -211,6 +215,8 @@ def accuracy(
                     "words": len(long.text.split()),
                     "windows": len(_plan(model, long)),
                     "wer_long_vs_pieces": wer([" ".join(alone)], [windowed]),
+                    "wer_windowed_vs_whole": None if in_one is None else wer([in_one], [windowed]),
+                    "wer_whole": None if in_one is None else wer([long.text], [in_one]),
                     "wer_long": wer([long.text], [windowed]),
                     "wer_pieces": wer([p.text for p in parts], alone),
                 }
@@ -246,7 +252,8 @@ def _memory_child(package: str, seconds: str, window: str) -> None:
     pieces = connected(takes["nicolas"], rng, words=(3, 7), sample_rate=RATE, count=400)
     long = join(until(pieces, float(seconds), RATE), rng, sample_rate=RATE)
     model = PackageModel(package, Decoding(device="cpu", window_seconds=float(window)))
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    model.transcribe([long.audio[: 2 * RATE]])  # one small decode first: lazy allocations
+    before = _reset_peak()
     started = time.perf_counter()
     if model.decoding.windowed(len(long.audio) / RATE):
         model.transcribe_long(long.audio, batch_seconds=60)
@@ -258,7 +265,7 @@ def _memory_child(package: str, seconds: str, window: str) -> None:
                 "seconds": round(len(long.audio) / RATE, 1),
                 "window_seconds": float(window),
                 "rss_mb_before_decode": round(before),
-                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                "peak_rss_mb": round(_status_mb("VmHWM")),
                 "decode_seconds": round(time.perf_counter() - started, 1),
             }
         )
@@ -269,6 +276,20 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.2f} %"
 
 
+def _status_mb(key: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def _reset_peak() -> float:
+    """The resident set now, in MB, after resetting its peak (Linux: ``/proc/self/clear_refs``
+    5), so that the peak read after a decode is the decode's, not the imports'."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_mb("VmRSS")
+
+
 def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = [
@@ -276,16 +297,17 @@ def markdown(result: dict[str, Any]) -> str:
         f"windows of {result['window_seconds']:g} s overlapping by "
         f"{result['window_overlap_seconds']:g} s; bf16 weights, greedy CTC.",
         "",
-        "| speaker | recording | pieces | words | windows | WER long vs pieces | WER long | "
-        "WER pieces |",
-        "|---|---|---|---|---|---|---|---|",
+        "| speaker | recording | pieces | words | windows | windowed vs pieces | windowed vs "
+        "whole | WER windowed | WER whole | WER pieces |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["accuracy"]:
         heard = "held out" if r["speaker"] not in result["train_speakers"] else "heard"
         lines.append(
             f"| {r['speaker']} ({heard}) | {r['seconds']:.0f} s | {r['pieces']} | {r['words']} | "
-            f"{r['windows']} | {_pct(r['wer_long_vs_pieces'])} | {_pct(r['wer_long'])} | "
-            f"{_pct(r['wer_pieces'])} |"
+            f"{r['windows']} | {_pct(r['wer_long_vs_pieces'])} | "
+            f"{_pct(r.get('wer_windowed_vs_whole'))} | {_pct(r['wer_long'])} | "
+            f"{_pct(r.get('wer_whole'))} | {_pct(r['wer_pieces'])} |"
         )
     lines += [
         "",
@@ -328,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overlap", type=float, default=4.0)
     p.add_argument("--memory-seconds", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--table", type=Path, help="print the tables of a longform.json, run nothing")
     args = p.parse_args(argv)
+    if args.table:
+        print(markdown(json.loads(args.table.read_text(encoding="utf-8"))))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     package = args.package or train_package(args.out, args.train_speakers, args.steps, args.seed)
     result = {
