@@ -59,3 +59,9 @@ def test_a_filtered_set_never_shares_the_whole_sets_cuts_digest():
     filtered = scored_sha256("ab" * 32, FilterConfig(max_duration=60))
     other = scored_sha256("ab" * 32, FilterConfig(max_duration=61))
     assert len({whole, filtered, other}) == 3
+
+
+def test_the_same_bounds_written_otherwise_are_one_filter():
+    assert scored_sha256("ab" * 32, eval_filter({"max_duration": 60})) == scored_sha256(
+        "ab" * 32, eval_filter({"max_duration": 60.0, "min_duration": 0})
+    )

@@ -102,3 +102,27 @@ def test_the_decode_key_holds_no_path_of_the_project(tmp_path):
         bpe = root / "results/runs/r/export/last/bpe.model"
         (bpe.parent / "config.yaml").write_text(json.dumps({**config, "bpemodel": str(bpe)}))
     assert key(first) == key(tmp_path / "copy")
+
+
+def test_the_decode_key_tells_a_filtered_eval_set_from_the_whole(tmp_path):
+    """What of the eval cuts is scored is part of the key (the summary's ``eval_cuts_sha256``,
+    :func:`asrflow.evaluate.eval_set.scored_sha256`): a filtered set never copies the whole
+    set's decode, and settings meaning the same bounds give the same key."""
+    from asrflow.evaluate.decode import Decoding
+    from asrflow.evaluate.shared import decode_key
+    from asrflow.text import TextNormalization
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "config.yaml").write_text(json.dumps({"encoder": "conformer"}))
+    (tmp_path / "dev.jsonl.gz").write_bytes(b"cuts")
+
+    def key(eval_filter):
+        return decode_key(
+            package, {"model.pth": "m"}, tmp_path / "dev.jsonl.gz", TextNormalization(),
+            Decoding(), eval_filter=eval_filter,
+        )  # fmt: skip
+
+    assert key(None) != key({"max_duration": 60})
+    assert key({"max_duration": 60}) == key({"max_duration": 60.0, "min_duration": 0})
+    assert key({"max_duration": 60}) != key({"max_duration": 61})

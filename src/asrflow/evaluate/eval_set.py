@@ -113,7 +113,9 @@ def coverage(
 def scored_sha256(cuts_sha256: str, config: FilterConfig | None) -> str:
     """The ``eval_cuts_sha256`` of an evaluation: the eval cuts file's digest for the whole set,
     and of that digest with the filter's settings for a filtered one (never equal to the
-    whole set's, so the two are never ranked or paired together)."""
+    whole set's, so the two are never ranked or paired together); bounds count as numbers
+    (``60`` and ``60.0`` are one filter)."""
     if config is None:
         return cuts_sha256
-    return sha256_json({"eval_cuts": cuts_sha256, "eval_filter": config.to_dict()})
+    bounds = {k: v if isinstance(v, str) else float(v) for k, v in config.to_dict().items()}
+    return sha256_json({"eval_cuts": cuts_sha256, "eval_filter": bounds})

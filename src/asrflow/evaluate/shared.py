@@ -29,6 +29,8 @@ from typing import Any
 import yaml
 
 from asrflow.evaluate.decode import Decoding
+from asrflow.evaluate.eval_set import eval_filter as parse_eval_filter
+from asrflow.evaluate.eval_set import scored_sha256
 from asrflow.evaluate.scoring import contract_sha256
 from asrflow.hashing import sha256_file, sha256_json
 from asrflow.io import file_lock, read_json, write_json, write_text
@@ -65,8 +67,7 @@ def decode_key(
         {
             "files": {k: v for k, v in files.items() if k != "config.yaml"},
             "config": {k: v for k, v in config.items() if k not in PACKAGE_LOCAL},
-            "eval_cuts": sha256_file(cuts_path),
-            **({"eval_filter": dict(eval_filter)} if eval_filter is not None else {}),
+            "eval_cuts": scored_sha256(sha256_file(cuts_path), parse_eval_filter(eval_filter)),
             "contract": contract_sha256(contract),
             "decoding": decoding.sha256(word_lm_sha256),
             "code": library_sha256(),
