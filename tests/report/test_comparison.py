@@ -585,8 +585,10 @@ def test_an_empty_difference_cell_says_why(inputs):
         assert pd.isna(df[df["artifact"] == "valid.wer.best"].iloc[0]["not_compared"])
     other = {**errors, ("good", "last", "demo.dev"): _errors([2, 2, 3], ids=["u000", "u1", "x"])}
     df = comparison_table(train, [last, best], selections, (), other)
-    assert df[df["artifact"] == "last"].iloc[0]["not_compared"].endswith(
-        "utterances or references differ"
+    assert (
+        df[df["artifact"] == "last"]
+        .iloc[0]["not_compared"]
+        .endswith("utterances or references differ")
     )
     df = comparison_table(train, [last, best], selections, (), errors)  # compared: no note
     assert df["not_compared"].isna().all()

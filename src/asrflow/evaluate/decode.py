@@ -53,7 +53,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -365,24 +365,25 @@ def timed_transcribe(
     durations = [len(a) / sample_rate for a in audio]
     out: list[str] = [""] * len(audio)
     spent = 0.0
-    long = [i for i, d in enumerate(durations) if model.decoding.windowed(d)]
-    whole = sorted(set(range(len(audio))) - set(long))
-    jobs: list[tuple[list[int], Any]] = [
-        ([whole[j] for j in idx], None)
-        for idx in batches([durations[i] for i in whole], batch_seconds)
-    ]
-    jobs += [([i], "long") for i in long]
-    for idx, kind in jobs:
+
+    def timed(decode: Callable[[], Any]) -> Any:
+        nonlocal spent
         if model.device.type == "cuda":
             torch.cuda.synchronize(model.device)
         start = time.perf_counter()
-        if kind == "long":
-            hyps = [model.transcribe_long(audio[idx[0]], batch_seconds)]
-        else:
-            hyps = model.transcribe([audio[i] for i in idx])
+        result = decode()
         if model.device.type == "cuda":
             torch.cuda.synchronize(model.device)
         spent += time.perf_counter() - start
-        for i, h in zip(idx, hyps, strict=True):
+        return result
+
+    long = [i for i, d in enumerate(durations) if model.decoding.windowed(d)]
+    whole = sorted(set(range(len(audio))) - set(long))
+    for idx in batches([durations[i] for i in whole], batch_seconds):
+        ids = [whole[j] for j in idx]
+        hyps = timed(lambda ids=ids: model.transcribe([audio[i] for i in ids]))
+        for i, h in zip(ids, hyps, strict=True):
             out[i] = h
+    for i in long:
+        out[i] = timed(lambda i=i: model.transcribe_long(audio[i], batch_seconds))
     return out, spent

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,7 @@ def kept_frames(window: Window, n_frames: int) -> slice:
     def first_at_or_after(sample: int) -> int:
         # frame j's centre is start + (j + 0.5) * step
         j = (sample - window.start) / step - 0.5
-        return max(0, min(n_frames, int(-(-j // 1))))  # ceil
+        return max(0, min(n_frames, math.ceil(j)))
 
     return slice(first_at_or_after(window.keep_start), first_at_or_after(window.keep_end))
 
