@@ -23,6 +23,7 @@ include: "rules/report.smk"
 # Jobs that only read small JSON/CSV files run on the submitting host, not as cluster jobs.
 localrules:
     all,
+    plan_run,
     word_lm,
     select_model,
     plot_learning_curves,

@@ -13,6 +13,7 @@ from asrflow.params import canonical
 from asrflow.replicas import expand_replicas, replica_runs
 from asrflow.settings import config_error_message
 from asrflow.train.recipe import AUDIT_SECTIONS
+from asrflow.recipe.rules import RULES_VERSION
 from asrflow.export.find import tracked_weights
 from asrflow.train.launch import train_resources
 from asrflow.workflow import share_package_with_jobs
@@ -149,6 +150,16 @@ def run_train_inputs(wildcards):
     inputs["bpe_model"] = layout.tokenizer_file(r["tokenizer"], "bpe.model")
     inputs["tokens"] = layout.tokenizer_file(r["tokenizer"], "tokens.txt")
     return inputs
+
+
+def run_plan_cuts(wildcards):
+    """What a run's plan reads: the filtered train splits it trains on (train_0..n)."""
+    return {k: v for k, v in run_train_inputs(wildcards).items() if k.startswith("train_")}
+
+
+def run_plan(wildcards):
+    """The run's plan (recipe: auto), read by its audit, smoke run and training; else nothing."""
+    return runs.plan_inputs(config, wildcards.run)
 
 
 def run_audit_inputs(wildcards):

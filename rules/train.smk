@@ -1,9 +1,30 @@
-# Training: batch audit and smoke run first, then the long job (resumable from its work dir).
+# Training: the plan of a run with recipe: auto, the batch audit and smoke run first, then the
+# long job (resumable from its work dir).
+
+
+# What recipe: auto derives from the run's train split, each value with its reason (asrflow plan).
+rule plan_run:
+    input:
+        unpack(run_plan_cuts),
+    output:
+        plan=layout.plan_file("{run}"),
+        record=layout.prov(layout.plan_file("{run}")),
+    log:
+        layout.log("plan_run", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        plan=lambda w: runs.plan_params(config, w.run),
+        rules_version=RULES_VERSION,
+        normalization=config["text_normalization"],
+    script:
+        "../scripts/plan_run.py"
 
 
 rule audit_batches:
     input:
         unpack(run_audit_inputs),
+        unpack(run_plan),
     output:
         report=layout.run_file("{run}", "audit", "batches.json"),
         text=layout.run_file("{run}", "audit", "batches.txt"),
@@ -31,6 +52,7 @@ rule smoke_train:
     input:
         unpack(run_train_inputs),
         unpack(run_init_weights),
+        unpack(run_plan),
     output:
         summary=layout.run_file("{run}", "smoke", "summary.json"),
         record=layout.prov(layout.run_file("{run}", "smoke", "summary.json")),
@@ -57,6 +79,7 @@ checkpoint train:
     input:
         unpack(run_train_inputs),
         unpack(run_init_weights),
+        unpack(run_plan),
         smoke=layout.run_file("{run}", "smoke", "summary.json"),
         audit=layout.run_file("{run}", "audit", "batches.json"),
     output:

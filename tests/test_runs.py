@@ -88,3 +88,32 @@ def test_frontend_rates_reads_only_the_rate(recipes) -> None:
         a={"recipe": "bad"}, b={"recipe": "bad", "overrides": {"frontend_conf": {"fs": "16k"}}}
     )
     assert dict(runs.frontend_rates(config, "c")) == {"a": 8000, "b": 16000}
+
+
+def test_an_auto_run_gets_its_plan_and_the_keys_its_overrides_set(recipes) -> None:
+    recipes("named", MODEL)
+    config = config_with_runs(
+        a={"recipe": "auto", "overrides": {"trainer": {"seed": 2}, "frontend_conf": {"fs": 16000}}},
+        b={"recipe": "named"},
+    )
+    runs.check_recipes(config)  # the built-in base is a recipe by itself
+    assert runs.plan_inputs(config, "a") == {"plan": "results/runs/a/plan/plan.json"}
+    assert runs.plan_inputs(config, "b") == {}
+    train, smoke = runs.recipe_params(config, "a"), runs.recipe_params(config, "a", smoke=True)
+    assert {"trainer.seed", "frontend_conf.fs", "trainer.devices"} <= set(train["explicit"])
+    assert "trainer.max_steps" not in train["explicit"]
+    assert "trainer.max_steps" in smoke["explicit"]  # the smoke run's few steps beat the plan
+    # a named recipe's params are as they were (no key added: nothing reruns)
+    assert "explicit" not in runs.recipe_params(config, "b")
+    assert runs.plan_params(config, "a") == {
+        "recipe": "auto",
+        "explicit": ["frontend_conf.fs", "trainer.seed"],
+        "synthetic": True,  # config_with_runs's one corpus is synthetic
+    }
+
+
+def test_an_auto_runs_rate_follows_the_corpus_unless_overridden(recipes) -> None:
+    config = config_with_runs(
+        a={"recipe": "auto"}, b={"recipe": "auto", "overrides": {"frontend_conf": {"fs": 16000}}}
+    )
+    assert dict(runs.frontend_rates(config, "c")) == {"b": 16000}

@@ -10,6 +10,10 @@ difference; it exits 1 on any mismatch, 0 when everything matches.
 params, code modules, package versions: :mod:`asrflow.status`); it prints "up to date" and
 exits 0 when nothing does, else 1.
 
+``asrflow plan RUN...`` prepares the runs' data (import, validation, filter: nothing trains) and
+prints each run's plan: every value ``recipe: auto`` derives from the train split, with its
+reason (:mod:`asrflow.recipe.plan`); for a run with a named recipe, what auto would choose.
+
 ``asrflow where SHARD_DIR CUT_ID...`` prints the shard, and the position in it, of each cut
 (:mod:`asrflow.data.shards`); it exits 1 if one is in no shard.
 """
@@ -94,6 +98,48 @@ def _run_status(args: argparse.Namespace) -> int:
     return 0 if all(s.up_to_date for s in statuses) else 1
 
 
+# -- plan -----------------------------------------------------------------------------------------
+def _configure_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default="results", help="the results directory (default: results)")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="runs of the config to plan; after --, arguments for the Snakemake call that makes "
+        "the plans (e.g. fsdd -- --configfile my.yaml)",
+    )
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    import subprocess
+    from pathlib import Path
+
+    from asrflow.recipe.plan import plan_lines, read_plan
+
+    # argparse hands over what follows -- as more RUNs: the first option starts Snakemake's
+    first = next((i for i, a in enumerate(args.runs) if a.startswith("-")), len(args.runs))
+    names, extra = args.runs[:first], [a for a in args.runs[first:] if a != "--"]
+    if not names:
+        raise AsrflowError("asrflow plan: name at least one run (asrflow plan RUN [-- ARGS])")
+    results = Path(args.results)
+    files = [results / "runs" / run / "plan" / "plan.json" for run in names]
+    # the data stages up to each run's filtered train split, and the plan: nothing trains
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *map(str, files), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AsrflowError(
+            "the Snakemake call that makes the plans failed (run asrflow plan in the workflow "
+            f"directory):\n{(proc.stdout + proc.stderr).strip()[-3000:]}"
+        )
+    for path in files:
+        print("\n".join(plan_lines(read_plan(path))))
+    return 0
+
+
 # -- where ----------------------------------------------------------------------------------------
 def _configure_where(p: argparse.ArgumentParser) -> None:
     p.add_argument("shard_dir", metavar="SHARD_DIR", help="a shard directory (with shards.json)")
@@ -120,6 +166,11 @@ def _run_where(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {
+    "plan": Subcommand(
+        help="prepare each run's data and print what recipe: auto derives from it, and why",
+        configure=_configure_plan,
+        run=_run_plan,
+    ),
     "status": Subcommand(
         help="what differs between the results and this checkout: inputs, params, code, packages",
         configure=_configure_status,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.recipe.plan import AUTO_BASE, is_auto
 
 RESULTS = "results"
 LOGS = "logs"
@@ -100,8 +101,16 @@ def tokenizer_file(tokenizer: str, name: str) -> str:
 
 
 def recipe_file(recipe: str) -> str:
-    """A training recipe: ``config/recipes/<name>.yaml``."""
+    """A training recipe: ``config/recipes/<name>.yaml``; ``auto``: the built-in base recipe
+    that the run's plan completes (:data:`asrflow.recipe.plan.AUTO_BASE`)."""
+    if is_auto(recipe):
+        return str(AUTO_BASE)
     return f"config/recipes/{recipe}.yaml"
+
+
+def plan_file(run: str) -> str:
+    """What ``recipe: auto`` derives for a run from its train split (rule plan_run)."""
+    return run_file(run, "plan", "plan.json")
 
 
 def run_dir(run: str) -> str:

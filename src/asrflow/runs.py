@@ -24,6 +24,7 @@ from asrflow.layout import (
     Config,
     dev_set,
     eval_file,
+    plan_file,
     recipe_file,
     run,
     run_corpora,
@@ -31,6 +32,7 @@ from asrflow.layout import (
     sharded_corpora,
 )
 from asrflow.params import Operational
+from asrflow.recipe.plan import explicit_keys, is_auto
 from asrflow.train.mappings import deep_merge
 from asrflow.train.recipe import check_overrides, load_recipe, read_recipe_yaml
 
@@ -131,7 +133,12 @@ def frontend_rates(config: Config, corpus: str) -> Operational:
     rates = {}
     for name in config["runs"]:
         if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
-            data = deep_merge(_recipe_data(config, name), run(config, name)["overrides"])
+            overrides = run(config, name)["overrides"]
+            if is_auto(run(config, name)["recipe"]) and "fs" not in overrides.get(
+                "frontend_conf", {}
+            ):
+                continue  # its plan takes the corpus's own rate
+            data = deep_merge(_recipe_data(config, name), overrides)
             rates[name] = model_sample_rate(data.get("frontend_conf"))
     return Operational(rates)
 
@@ -153,18 +160,42 @@ def recipe_params(
     YAML never rerun a job), the others as :class:`~asrflow.params.Operational` (``operational``:
     a change reruns nothing) and the recipe's name (``name``). ``sections``: only these
     top-level sections (a rule that reads no more, such as the batch audit). On a run that
-    trains from shards the loader workers are settings (:func:`trains_from_shards`)."""
+    trains from shards the loader workers are settings (:func:`trains_from_shards`). A run with
+    ``recipe: auto`` also gets ``explicit``: the dotted keys its overrides set, which its plan's
+    values never replace (:func:`asrflow.recipe.plan.apply_plan`)."""
     recipe = run_recipe(config, name, smoke=smoke)
+    overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     sharded = trains_from_shards(config, name)
     settings = recipe.identity(sharded=sharded)
     operational = recipe.operational(sharded=sharded)
     if sections is not None:
         settings = {k: v for k, v in settings.items() if k in sections}
         operational = {k: v for k, v in operational.items() if k in sections}
-    return {
+    params = {
         "settings": settings,
         "operational": Operational(operational),
         "name": run(config, name)["recipe"],
+    }
+    if is_auto(run(config, name)["recipe"]):
+        # the keys this job's overrides set: a plan's value never replaces one
+        params["explicit"] = explicit_keys(overrides)
+    return params
+
+
+def plan_inputs(config: Config, name: str) -> dict[str, str]:
+    """``{"plan": plan file}`` for a run with ``recipe: auto`` (rule plan_run), else ``{}``."""
+    return {"plan": plan_file(name)} if is_auto(run(config, name)["recipe"]) else {}
+
+
+def plan_params(config: Config, name: str) -> dict[str, Any]:
+    """What rule plan_run is given: the keys the run's overrides set (reported as overridden),
+    and whether all its train corpora are synthetic speech."""
+    r = run(config, name)
+    corpora = run_corpora(config, name)
+    return {
+        "recipe": r["recipe"],
+        "explicit": explicit_keys(r["overrides"]),
+        "synthetic": all(config["corpora"][c]["source"] == "synthetic" for c in corpora),
     }
 
 

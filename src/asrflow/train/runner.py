@@ -163,11 +163,21 @@ def _first_summary(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
         "recipe_settings": recipe.identity(sharded=bool(spec.train_shards)),
         "overrides": dict(spec.overrides),
         "update_budget": update_budget(recipe),
+        # recipe: auto: every derived value with its reason (asrflow.recipe.plan)
+        "plan": _plan_record(spec.plan),
         "effective_batch_seconds": effective_batch_seconds(recipe),
         "hashes": _hashes(spec, recipe),
         "init": dict(spec.init) if spec.init else None,
         "host": platform.node(),
     }
+
+
+def _plan_record(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a summary records of a run's plan: its statistics and choices (not the values
+    again: ``recipe_settings`` holds them as trained)."""
+    if plan is None:
+        return None
+    return {k: plan[k] for k in ("rules_version", "stats", "choices")}
 
 
 def train_run(

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from asrflow.recipe.plan import apply_plan, read_plan
 from asrflow.train.mappings import deep_merge
 from asrflow.train.recipe import Recipe, load_recipe, read_recipe_yaml
 from asrflow.types import Pathlike
@@ -39,6 +40,9 @@ class RunSpec:
     """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
     recipe_name: str | None = None
     """``runs.<run>.recipe``, for the summary (``recipe`` may be data without a name)."""
+    plan: Mapping[str, Any] | None = None
+    """The run's plan (``recipe: auto``; :mod:`asrflow.recipe.plan`), already merged into
+    ``recipe``: kept for the summary, which records every derived value with its reason."""
     train_shards: Sequence[Pathlike] = field(default_factory=list)
     """Shard directories of the train corpora (``corpora.<c>.shards``), one per corpus of
     ``train_cuts`` when set: training then reads the audio from them
@@ -78,12 +82,18 @@ def spec_from_inputs(
 ) -> RunSpec:
     """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``shards_0..n`` for sharded
     corpora, ``dev``, ``bpe_model``, ``tokens``) and its recipe params
-    (:func:`asrflow.runs.recipe_params`)."""
+    (:func:`asrflow.runs.recipe_params`); with ``plan`` (``recipe: auto``) the plan's values
+    merged over the recipe's, under the keys its overrides set (``recipe["explicit"]``)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     shards = {int(k.split("_")[1]): str(v) for k, v in inputs.items() if k.startswith("shards_")}
+    data = deep_merge(recipe["settings"], recipe["operational"])
+    plan = read_plan(inputs["plan"]) if inputs.get("plan") else None
+    if plan is not None:
+        data = apply_plan(data, plan, recipe.get("explicit", ()))
     return RunSpec(
         name=name,
-        recipe=deep_merge(recipe["settings"], recipe["operational"]),
+        recipe=data,
+        plan=plan,
         recipe_name=recipe["name"],
         train_cuts=train,
         dev_cuts=str(inputs.get("dev", "")),  # the batch audit reads no dev cuts

@@ -1,0 +1,198 @@
+"""A run's plan: the values ``recipe: auto`` derives from its train split, each with its reason.
+
+Rule ``plan_run`` writes it (``results/runs/<run>/plan/plan.json``) from the run's filtered
+train cuts before anything trains; the batch audit, the smoke run and the train job read it and
+merge its values over the base recipe (:data:`AUTO_BASE`), under every key the run's overrides
+(and the smoke run's own settings) set: an explicit key always wins. The plan file is written
+only when its content changes, so a data revision that leaves every derived value as it was
+retrains nothing through it, and a rule change (:data:`~asrflow.recipe.rules.RULES_VERSION`)
+retrains exactly the runs whose values it changes.
+
+Example (``asrflow plan RUN`` prints this)::
+
+    plan = make_plan("fsdd", stats, explicit={"trainer.seed"})
+    for line in plan_lines(plan): print(line)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from asrflow.recipe.rules import RULES_VERSION, choices
+from asrflow.recipe.stats import CorpusStats
+
+AUTO = "auto"
+"""The recipe name (``runs.<run>.recipe: auto``) of the built-in recipe that follows the corpus."""
+AUTO_BASE = Path(__file__).with_name("auto.yaml")
+"""The base recipe of ``recipe: auto``: what is not derived (the conformer's block design, the
+loss, the checkpoints kept, the diagnostics), and values the plan replaces."""
+
+
+def is_auto(recipe: str) -> bool:
+    return recipe == AUTO
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (mappings only; lists are values)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
+
+
+def nest(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """``[("a.b", 1)]`` -> ``{"a": {"b": 1}}``."""
+    out: dict[str, Any] = {}
+    for key, value in items:
+        *parents, last = key.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = copy.deepcopy(value)
+    return out
+
+
+def overridden(key: str, explicit: Iterable[str]) -> str | None:
+    """The explicit key that overrides choice ``key``: the key itself, a key inside it (an
+    override of ``specaug_conf.num_time_mask`` takes ``specaug_conf`` from the plan) or a
+    section above it (``frontend_conf`` given whole)."""
+    for e in explicit:
+        if e == key or e.startswith(f"{key}.") or key.startswith(f"{e}."):
+            return e
+    return None
+
+
+def make_plan(
+    run: str, stats: CorpusStats, *, explicit: Iterable[str] = (), recipe: str = AUTO
+) -> dict[str, Any]:
+    """The plan of ``run``: the statistics, every rule's choice (with ``overridden_by`` when a
+    key of ``explicit``, the run's overrides as dotted keys, sets it), and ``values``: the
+    choices not overridden, nested as a recipe."""
+    explicit = sorted(explicit)
+    rows, kept = [], []
+    for c in choices(stats):
+        by = overridden(c.key, explicit)
+        rows.append({"key": c.key, "value": c.value, "reason": c.reason, "overridden_by": by})
+        if by is None:
+            kept.append((c.key, c.value))
+    return {
+        "run": run,
+        "recipe": recipe,
+        "rules_version": RULES_VERSION,
+        "stats": stats.to_dict(),
+        "choices": rows,
+        "values": nest(kept),
+    }
+
+
+def apply_plan(
+    data: Mapping[str, Any], plan: Mapping[str, Any], explicit: Iterable[str]
+) -> dict[str, Any]:
+    """Recipe ``data`` with the plan's values merged in, except under the ``explicit`` keys
+    (dotted: the keys this job's overrides set, which ``data`` already holds)."""
+    explicit = list(explicit)
+    out = copy.deepcopy(dict(data))
+    for c in plan["choices"]:
+        if overridden(c["key"], explicit) is not None:
+            continue
+        *parents, last = c["key"].split(".")
+        node = out
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[last] = copy.deepcopy(c["value"])
+    return out
+
+
+def explicit_keys(overrides: Mapping[str, Any]) -> list[str]:
+    """The dotted keys an overrides mapping sets (its leaves)."""
+    return sorted(flatten(overrides))
+
+
+def plan_lines(plan: Mapping[str, Any]) -> list[str]:
+    """The plan as lines of text: the statistics, then each value with its reason."""
+    s = plan["stats"]
+    rates = ", ".join(
+        f"{int(r) / 1000:g} kHz {sec / 3600:.2f} h" for r, sec in s["rate_seconds"].items()
+    )
+    if is_auto(plan["recipe"]):
+        head = f"run {plan['run']}: recipe auto (rules version {plan['rules_version']})"
+    else:
+        head = (
+            f"run {plan['run']}: recipe {plan['recipe']}, not auto: it trains as its file says; "
+            f"recipe auto would take (rules version {plan['rules_version']}):"
+        )
+    lines = [
+        head,
+        f"  train split: {s['hours']:.2f} h, {s['utterances']} utterances, "
+        f"{s['speakers'] if s['speakers'] is not None else 'unknown'} speakers, median "
+        f"{s['median_duration']:.1f} s, {rates}; text: {s['words']} distinct words, "
+        f"{s['characters']} characters" + ("; synthetic speech" if s["synthetic"] else ""),
+    ]
+    width = max((len(c["key"]) for c in plan["choices"]), default=0)
+    for c in plan["choices"]:
+        value = _short(c["value"])
+        if c["overridden_by"]:
+            lines.append(
+                f"  {c['key']:<{width}}  (overridden by runs.{plan['run']}.overrides."
+                f"{c['overridden_by']}; the rule says {value}: {c['reason']})"
+            )
+        else:
+            lines.append(f"  {c['key']:<{width}}  {value}: {c['reason']}")
+    return lines
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return "null" if value is None else str(value)
+
+
+def write_plan(
+    run: str,
+    train_cuts: list[str],
+    out: str,
+    *,
+    normalization: Mapping[str, Any],
+    synthetic: bool,
+    explicit: Iterable[str],
+    recipe: str = AUTO,
+) -> dict[str, Any]:
+    """Rule plan_run: the plan of ``run`` from its filtered train cuts, written to ``out``
+    (unchanged content keeps the file as it was) and logged line by line."""
+    import logging
+
+    from asrflow.io import write_json
+    from asrflow.recipe.stats import train_stats
+    from asrflow.text import TextNormalization
+
+    stats = train_stats(train_cuts, TextNormalization.from_dict(normalization), synthetic=synthetic)
+    plan = make_plan(run, stats, explicit=explicit, recipe=recipe)
+    write_json(out, plan)
+    log = logging.getLogger(__name__)
+    for line in plan_lines(plan):
+        log.info("%s", line)
+    return plan
+
+
+def read_plan(path: str | Path) -> dict[str, Any]:
+    """A plan file, or an error naming it and the rule that makes it."""
+    import json
+
+    from asrflow.errors import AsrflowError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise AsrflowError(f"{path}: cannot read the run's plan ({e}); rerun plan_run") from None

@@ -1,0 +1,183 @@
+"""The rules of ``recipe: auto``: small pure functions from corpus statistics to recipe values.
+
+Each rule returns :class:`Choice` values (a dotted recipe key, its value, and the reason in
+words, with the statistic it read) and says in its docstring what it rests on: a measurement of
+this project (the issue notes and ``docs/real-speech.md`` hold them), a peer recipe, or
+published guidance. :func:`choices` applies them all in order; :mod:`asrflow.recipe.plan` turns
+them into a plan. Bump :data:`RULES_VERSION` with any change of a rule's output, so that every
+plan is made again (and only the runs whose values changed retrain).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from asrflow.recipe.stats import CorpusStats
+
+RULES_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One derived recipe value."""
+
+    key: str
+    """Dotted recipe key, e.g. ``trainer.max_steps`` or ``frontend_conf.fs``."""
+    value: Any
+    reason: str
+
+
+def sampling_rate(stats: CorpusStats) -> tuple[int, str]:
+    """The frontend's rate: the rate that holds the most train audio, so that no audio is
+    silently up-sampled (8 kHz audio at a 16 kHz frontend leaves half the mel bins without
+    signal: measured on fsdd4 in the issue that made this rule). Audio at other rates is
+    resampled to it when loaded; the reason says how much."""
+    if not stats.rate_seconds:
+        return 16000, "no train audio: 16 kHz"
+    rate = max(stats.rate_seconds, key=lambda r: (stats.rate_seconds[r], r))
+    total = sum(stats.rate_seconds.values())
+    others = {r: s for r, s in stats.rate_seconds.items() if r != rate}
+    if not others:
+        return rate, f"every train utterance is at {_khz(rate)}"
+    share = sum(others.values()) / total
+    rest = ", ".join(f"{_khz(r)} {s / total:.0%}" for r, s in sorted(others.items()))
+    return rate, (
+        f"{_khz(rate)} holds {1 - share:.0%} of the train audio; the rest ({rest}) is "
+        f"resampled to {_khz(rate)} when loaded"
+    )
+
+
+def frontend(stats: CorpusStats) -> list[Choice]:
+    """Log-mel features at the corpus's rate: 25-ms windows every 10 ms (ESPnet's and Kaldi's
+    default), the FFT the next power of two; 80 mel bins at 16 kHz (ESPnet's LibriSpeech
+    conformer), scaled down with the bandwidth below it (40 at 8 kHz; Kaldi's narrowband
+    setups use 23-40) so that no bin is narrower than at 16 kHz."""
+    rate, why = sampling_rate(stats)
+    win = round(0.025 * rate)
+    hop = round(0.010 * rate)
+    n_fft = 1 << (win - 1).bit_length()
+    n_mels = max(23, min(80, round(80 * rate / 16000)))
+    return [
+        Choice("frontend_conf.fs", rate, why),
+        Choice("frontend_conf.win_length", win, f"25 ms at {_khz(rate)}"),
+        Choice("frontend_conf.hop_length", hop, f"10 ms at {_khz(rate)}"),
+        Choice("frontend_conf.n_fft", n_fft, f"the power of two >= the {win}-sample window"),
+        Choice("frontend_conf.n_mels", n_mels, f"80 bins per 8 kHz of bandwidth, {_khz(rate)}"),
+    ]
+
+
+def augmentation(stats: CorpusStats, n_mels: int) -> list[Choice]:
+    """SpecAugment and 3-way speed perturbation for real speech (Park et al. 2019; Ko et al.
+    2015; on in ESPnet's and icefall's LibriSpeech recipes); off for synthetic speech, which
+    underfits in a short budget (demo_conformer's measurement: dev WER 30.8 % without
+    SpecAugment, 33.7 % with). Masks after ESPnet's LibriSpeech conformer (2 frequency masks of
+    up to 27 of 80 bins, time masks of up to 5 % of the utterance), frequency widths scaled to
+    the bins and 2 time masks for utterances under 5 s (5 above, as ESPnet's)."""
+    if stats.synthetic:
+        why = "synthetic speech: underfits in a short budget (demo_conformer measured it)"
+        return [Choice("specaug", None, why), Choice("augmentation.speed_perturb", [], why)]
+    real = f"real speech, {stats.hours:.2f} h"
+    masks = 2 if stats.median_duration < 5 else 5
+    width = max(4, round(27 * n_mels / 80))
+    conf = {
+        "apply_time_warp": False,
+        "apply_freq_mask": True,
+        "freq_mask_width_range": [0, width],
+        "num_freq_mask": 2,
+        "apply_time_mask": True,
+        "time_mask_width_ratio_range": [0.0, 0.05],
+        "num_time_mask": masks,
+    }
+    return [
+        Choice("specaug", "specaug", real),
+        Choice(
+            "specaug_conf",
+            conf,
+            f"ESPnet's LibriSpeech masks: 2 x <= {width} of {n_mels} bins, {masks} x <= 5 % "
+            f"of the time (median utterance {stats.median_duration:.1f} s)",
+        ),
+        Choice("augmentation.speed_perturb", [0.9, 1.0, 1.1], f"{real}: 3 speeds"),
+    ]
+
+
+MODEL_TIERS = (
+    # (up to hours, output_size, num_blocks, linear_units, kernel, peak lr, batch seconds)
+    (2.0, 96, 4, 384, 15, 2.0e-3, 20.0),
+    (20.0, 144, 8, 576, 15, 2.0e-3, 60.0),
+    (200.0, 256, 12, 1024, 31, 2.0e-3, 500.0),
+    (math.inf, 512, 12, 2048, 31, 1.0e-3, 1000.0),
+)
+"""The conformer by train hours: <= 2 h a ~1 M-parameter model that trains on 2 CPU cores in
+minutes (96 x 4, the fsdd4 benchmark's); <= 20 h ESPnet's small conformers' 144 dims; <= 200 h
+ESPnet's LibriSpeech-100 conformer (256 x 12, the a100 recipe); above, its LibriSpeech-960 width
+(512). Peak LR 2e-3 (ESPnet's LibriSpeech-100 conformer), 1e-3 for the widest. Audio per update:
+20 s below 2 h (more, smaller updates learned faster in the demo's measurement), then 60 s, then
+ESPnet's LibriSpeech batch sizes (500-1000 s)."""
+
+
+def model(stats: CorpusStats) -> list[Choice]:
+    """The encoder's size, the peak LR and the audio per update, by train hours
+    (:data:`MODEL_TIERS`). CTC-only: every default decoding mode reads the CTC head."""
+    tier_row = next(row for row in MODEL_TIERS if stats.hours <= row[0])
+    up_to, dims, blocks, units, kernel, lr, batch = tier_row
+    tier = f"{stats.hours:.2f} h of train audio (tier <= {up_to:g} h)"
+    return [
+        Choice("encoder_conf.output_size", dims, tier),
+        Choice("encoder_conf.num_blocks", blocks, tier),
+        Choice("encoder_conf.linear_units", units, f"4 x {dims}"),
+        Choice("encoder_conf.cnn_module_kernel", kernel, tier),
+        Choice("optim.lr", lr, tier),
+        Choice("batching.max_duration", batch, f"{tier}; seconds per device and step"),
+    ]
+
+
+PASSES = 100
+"""Passes over the train audio (its speed-perturbed copies counted apart): ESPnet's LibriSpeech
+conformers train 35-70 epochs over 3 speeds (100-200 passes over the original audio)."""
+MIN_STEPS = 2000
+MAX_STEPS = 200_000
+
+
+def budget(stats: CorpusStats, batch_seconds: float, speeds: int) -> list[Choice]:
+    """The update budget in optimizer steps: :data:`PASSES` over the train audio (each of
+    ``speeds`` copies once per pass) at ``batch_seconds`` per step, at least
+    :data:`MIN_STEPS` (a tiny corpus still needs the updates to learn; the demo's 2400 steps
+    learned the demo), at most :data:`MAX_STEPS`; warmup 2 % of it (the vendor guidance our
+    users follow: 1-2 %), validated 8 times."""
+    seconds = stats.hours * 3600 * max(1, speeds)
+    wanted = math.ceil(PASSES * seconds / batch_seconds) if batch_seconds else MIN_STEPS
+    steps = min(MAX_STEPS, max(MIN_STEPS, wanted))
+    steps = int(math.ceil(steps / 100) * 100)
+    how = f"{PASSES} passes x {stats.hours:.2f} h x {max(1, speeds)} speeds / {batch_seconds:g} s"
+    if wanted < MIN_STEPS:
+        why = f"{how} = {wanted} steps, raised to the floor {MIN_STEPS}"
+    elif wanted > MAX_STEPS:
+        why = f"{how} = {wanted} steps, cut to the ceiling {MAX_STEPS}"
+    else:
+        why = f"{how} = {wanted} steps, rounded up to 100"
+    interval = max(1, steps // 8)
+    return [
+        Choice("trainer.max_steps", steps, why),
+        Choice("scheduler.warmup", 0.02, f"2 % of the steps ({math.ceil(0.02 * steps)})"),
+        Choice("trainer.val_check_interval", interval, "8 validations over the run"),
+    ]
+
+
+def choices(stats: CorpusStats) -> list[Choice]:
+    """Every rule's choices for a run whose train split has ``stats``."""
+    out = frontend(stats)
+    n_mels = next(c.value for c in out if c.key == "frontend_conf.n_mels")
+    aug = augmentation(stats, n_mels)
+    out += aug
+    sizes = model(stats)
+    out += sizes
+    batch = next(c.value for c in sizes if c.key == "batching.max_duration")
+    speeds = len(next(c.value for c in aug if c.key == "augmentation.speed_perturb"))
+    out += budget(stats, batch, speeds)
+    return out
+
+
+def _khz(rate: int) -> str:
+    return f"{rate / 1000:g} kHz"

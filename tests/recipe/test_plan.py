@@ -1,0 +1,50 @@
+"""asrflow.recipe.plan: a run's plan, its explicit keys, and the recipe it makes."""
+
+from __future__ import annotations
+
+from asrflow.recipe.plan import (
+    AUTO_BASE,
+    apply_plan,
+    explicit_keys,
+    make_plan,
+    overridden,
+    plan_lines,
+)
+from asrflow.train.recipe import load_recipe, read_recipe_yaml
+from tests.recipe.test_rules import corpus
+
+
+def test_a_key_the_overrides_set_is_reported_and_never_taken_from_the_plan() -> None:
+    plan = make_plan("r", corpus(), explicit=explicit_keys({"trainer": {"max_steps": 50}}))
+    (steps,) = [c for c in plan["choices"] if c["key"] == "trainer.max_steps"]
+    assert steps["overridden_by"] == "trainer.max_steps"
+    assert "max_steps" not in plan["values"]["trainer"]
+    assert any("overridden by runs.r.overrides.trainer.max_steps" in x for x in plan_lines(plan))
+
+
+def test_overridden_matches_keys_inside_and_above_a_choice() -> None:
+    inner = "specaug_conf.num_time_mask"
+    assert overridden("specaug_conf", [inner]) == inner
+    assert overridden("frontend_conf.fs", ["frontend_conf"]) == "frontend_conf"
+    assert overridden("trainer.max_steps", ["trainer.max_step"]) is None
+
+
+def test_the_base_with_the_plan_applied_is_a_valid_recipe_at_the_corpus_rate() -> None:
+    plan = make_plan("r", corpus(hours=0.3))
+    base = read_recipe_yaml(AUTO_BASE)
+    explicit = explicit_keys({"trainer": {"seed": 3, "max_steps": 40}})
+    trainer = {**base["trainer"], "seed": 3, "max_steps": 40}
+    data = apply_plan({**base, "trainer": trainer}, plan, explicit)
+    recipe = load_recipe(data)
+    assert recipe.model["frontend_conf"]["fs"] == 8000
+    assert recipe.model["specaug"] == "specaug"
+    assert recipe.augmentation.speed_perturb == (0.9, 1.0, 1.1)
+    assert (recipe.trainer.max_steps, recipe.trainer.seed) == (40, 3)  # the overrides win
+    assert recipe.trainer.val_check_interval == plan["values"]["trainer"]["val_check_interval"]
+
+
+def test_synthetic_speech_plans_no_augmentation_and_the_lines_say_so() -> None:
+    plan = make_plan("demo", corpus(synthetic=True, rate=16000), recipe="demo_conformer")
+    lines = plan_lines(plan)
+    assert "not auto" in lines[0] and "synthetic speech" in lines[1]
+    assert any(x.strip().startswith("specaug ") and "null" in x for x in lines)

@@ -1,0 +1,96 @@
+"""asrflow.recipe.rules: what recipe auto derives from a train split's statistics, and why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from asrflow.recipe import rules
+from asrflow.recipe.stats import CorpusStats, Utterance, stats_of
+
+
+def corpus(hours: float = 0.3, rate: int = 8000, *, synthetic: bool = False, **kw) -> CorpusStats:
+    base = CorpusStats(
+        hours=hours,
+        utterances=400,
+        speakers=3,
+        median_duration=2.5,
+        rate_seconds={rate: hours * 3600},
+        characters=15,
+        words=10,
+        running_words=2000,
+        synthetic=synthetic,
+    )
+    return replace(base, **kw)
+
+
+def values(stats: CorpusStats) -> dict:
+    return {c.key: c.value for c in rules.choices(stats)}
+
+
+def test_the_frontend_runs_at_the_corpus_rate_with_25_ms_windows_every_10_ms() -> None:
+    v8, v16 = values(corpus(rate=8000)), values(corpus(rate=16000))
+    assert (v8["frontend_conf.fs"], v8["frontend_conf.win_length"]) == (8000, 200)
+    assert (v8["frontend_conf.hop_length"], v8["frontend_conf.n_fft"]) == (80, 256)
+    assert (v16["frontend_conf.fs"], v16["frontend_conf.n_fft"]) == (16000, 512)
+    assert (v8["frontend_conf.n_mels"], v16["frontend_conf.n_mels"]) == (40, 80)
+
+
+def test_mixed_rates_take_the_rate_of_most_audio_and_say_what_is_resampled() -> None:
+    stats = corpus(rate_seconds={8000: 300.0, 16000: 700.0})
+    (fs,) = [c for c in rules.choices(stats) if c.key == "frontend_conf.fs"]
+    assert fs.value == 16000
+    assert "70%" in fs.reason and "8 kHz 30%" in fs.reason and "resampled" in fs.reason
+
+
+def test_real_speech_gets_specaugment_and_speed_perturbation_synthetic_does_not() -> None:
+    real, synth = values(corpus()), values(corpus(synthetic=True))
+    assert real["specaug"] == "specaug" and real["augmentation.speed_perturb"] == [0.9, 1.0, 1.1]
+    assert real["specaug_conf"]["freq_mask_width_range"] == [0, 14]  # 27 of 80 -> of 40 bins
+    assert synth["specaug"] is None and synth["augmentation.speed_perturb"] == []
+    assert "specaug_conf" not in synth
+
+
+@pytest.mark.parametrize(
+    ("hours", "dims", "blocks"), [(0.3, 96, 4), (5.0, 144, 8), (100.0, 256, 12), (960.0, 512, 12)]
+)
+def test_the_model_grows_with_the_hours(hours: float, dims: int, blocks: int) -> None:
+    v = values(corpus(hours=hours))
+    assert (v["encoder_conf.output_size"], v["encoder_conf.num_blocks"]) == (dims, blocks)
+    assert v["encoder_conf.linear_units"] == 4 * dims
+
+
+def test_the_budget_follows_the_hours_between_a_floor_and_a_ceiling() -> None:
+    tiny, mid, huge = (values(corpus(hours=h)) for h in (0.01, 1.0, 50_000.0))
+    assert tiny["trainer.max_steps"] == rules.MIN_STEPS
+    assert huge["trainer.max_steps"] == rules.MAX_STEPS
+    # 1 h, 3 speeds, 20 s per step
+    expected = rules.PASSES * 3600 * 3 / 20
+    assert mid["trainer.max_steps"] == pytest.approx(expected, abs=100)
+    for v in (tiny, mid, huge):
+        assert v["trainer.val_check_interval"] * 8 <= v["trainer.max_steps"]
+        assert v["scheduler.warmup"] == 0.02
+
+
+def test_every_choice_gives_a_reason_naming_what_it_read() -> None:
+    for c in rules.choices(corpus(hours=0.32)):
+        assert c.reason.strip(), c.key
+    (steps,) = [c for c in rules.choices(corpus(hours=0.32)) if c.key == "trainer.max_steps"]
+    assert "0.32 h" in steps.reason
+
+
+def test_stats_of_counts_speakers_rates_and_text() -> None:
+    s = stats_of(
+        [
+            Utterance(2.0, 8000, "one two", "a"),
+            Utterance(4.0, 8000, "two three", "b"),
+            Utterance(3.0, 16000, "three", None),
+        ],
+        synthetic=False,
+    )
+    assert s.hours == pytest.approx(9 / 3600) and s.utterances == 3 and s.speakers == 2
+    assert s.median_duration == 3.0 and s.rate_seconds == {8000: 6.0, 16000: 3.0}
+    assert (s.words, s.running_words) == (3, 5)
+    assert s.characters == len(set("onetwothree"))
+    assert CorpusStats.from_dict(s.to_dict()).rate_seconds == s.rate_seconds
