@@ -26,6 +26,9 @@ try:
     validate(config, "../config/config.schema.yaml")
     # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
     config.update(expand_replicas(config))
+    # a run that names no tokenizer gets <corpus>_auto (model_type auto), its defaults filled
+    config.update(layout.with_default_tokenizers(config))
+    validate(config, "../config/config.schema.yaml")
     layout.check_config(config)
     # every run's recipe and overrides, so that a bad one stops here naming the run and the file
     runs.check_recipes(config)
@@ -242,15 +245,23 @@ def export_inputs(wildcards):
 def eval_inputs(wildcards):
     """An exported artifact and the eval set it is judged on: its split's validated cuts, all
     of them (the training filter never shrinks an eval set; evaluation.filter may, counted in
-    the summary); and the run's word LM when evaluation.decoding.mode is lexicon_lm."""
+    the summary); and the run's word LM when evaluation.decoding.mode is lexicon_lm or auto
+    (rule word_lm then records the run's choice)."""
     corpus, split = layout.eval_set_split(config, wildcards.eval_set)
     inputs = {
         "package": layout.export_dir(wildcards.run, wildcards.artifact),
         "cuts": validated_split(corpus, split),
     }
-    if config["evaluation"]["decoding"].get("mode") == "lexicon_lm":
+    if config["evaluation"]["decoding"].get("mode") in ("lexicon_lm", "auto"):
         inputs["word_lm"] = layout.word_lm_file(wildcards.run)
     return inputs
+
+
+def word_lm_dev(wildcards):
+    """The run's dev split, read by rule word_lm for decoding mode auto only (never a test)."""
+    if config["evaluation"]["decoding"].get("mode") != "auto":
+        return []
+    return [filtered_split(layout.run_dev_corpus(config, wildcards.run), "dev")]
 
 
 def run_train_splits(wildcards):

@@ -41,6 +41,8 @@ rule evaluate:
 rule word_lm:
     input:
         train=run_train_splits,
+        # decoding mode auto: the run's dev split tells whether its vocabulary is closed
+        dev=word_lm_dev,
     output:
         counts=layout.word_lm_file("{run}"),
         record=layout.prov(layout.word_lm_file("{run}")),

@@ -5,5 +5,8 @@ from asrflow.workflow import step
 
 with step(snakemake):
     build_word_counts(
-        list(snakemake.input.train), snakemake.params.normalization, snakemake.output.counts
+        list(snakemake.input.train),
+        snakemake.params.normalization,
+        snakemake.output.counts,
+        dev_cuts=list(snakemake.input.dev),
     )

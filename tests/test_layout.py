@@ -264,3 +264,17 @@ def test_split_sources_name_each_splits_manifest() -> None:
     assert layout.split_sources(config, "h") == dict.fromkeys(
         ("train", "dev", "test"), "d/all.jsonl"
     )
+
+
+def test_a_run_that_names_no_tokenizer_gets_an_auto_one_on_its_first_corpus() -> None:
+    from asrflow.layout import with_default_tokenizers
+
+    config = {
+        "corpora": {"a": {}, "b": {}},
+        "tokenizers": {"mine": {"corpus": "b"}},
+        "runs": {"x": {"corpora": ["a", "b"]}, "y": {"corpora": ["b"], "tokenizer": "mine"}},
+    }
+    out = with_default_tokenizers(config)
+    assert out["runs"]["x"]["tokenizer"] == "a_auto"
+    assert out["tokenizers"]["a_auto"] == {"corpus": "a", "model_type": "auto"}
+    assert out["runs"]["y"] == config["runs"]["y"] and "tokenizer" not in config["runs"]["x"]

@@ -18,6 +18,7 @@ from asrflow.tokenizer import (
     UNK,
     WORD_BOUNDARY,
     TokenizerConfig,
+    auto_tokenizer,
     token_list,
     train_tokenizer,
 )
@@ -202,3 +203,19 @@ def test_config_validation_and_round_trip() -> None:
     ):
         with pytest.raises(AsrflowError):
             TokenizerConfig.from_dict(bad)
+
+
+def test_auto_spells_a_closed_small_vocabulary_in_characters_and_says_why() -> None:
+    digits = ["one two three", "four five six seven", "eight nine zero oh"]
+    config, reason = auto_tokenizer(TokenizerConfig(model_type="auto"), digits, hours=0.3)
+    assert config.model_type == "char" and "11 distinct words" in reason
+
+
+def test_auto_takes_unigram_pieces_cut_to_what_the_text_allows() -> None:
+    words = [f"w{i}x{i * 7 % 13}" for i in range(150)]
+    sentences = [" ".join(words[i : i + 5]) for i in range(0, 150, 5)]
+    config, reason = auto_tokenizer(TokenizerConfig(model_type="auto"), sentences, hours=0.5)
+    assert config.model_type == "unigram" and 3 <= config.vocab_size < 300
+    assert "150 distinct words" in reason and "cut to" in reason
+    unchanged = TokenizerConfig(model_type="bpe", vocab_size=50)
+    assert auto_tokenizer(unchanged, sentences, hours=0.5) == (unchanged, "")

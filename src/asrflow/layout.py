@@ -100,6 +100,28 @@ def tokenizer_file(tokenizer: str, name: str) -> str:
     return f"{tokenizer_dir(tokenizer)}/{name}"
 
 
+AUTO_TOKENIZER = "{corpus}_auto"
+"""The tokenizer of a run that names none: ``model_type: auto`` on its first corpus."""
+
+
+def with_default_tokenizers(config: Config) -> dict[str, Any]:
+    """``config`` with every run that names no tokenizer given :data:`AUTO_TOKENIZER` of its
+    first corpus, added to ``tokenizers`` (if not there) as ``model_type: auto``: the two keys
+    a run may leave out are its recipe (``auto``, the schema's default) and its tokenizer. Not
+    modified in place; the schema's defaults of an added tokenizer are for the caller to fill."""
+    tokenizers = dict(config.get("tokenizers") or {})
+    runs: dict[str, Any] = {}
+    for name, r in (config.get("runs") or {}).items():
+        if r.get("tokenizer"):
+            runs[name] = r
+            continue
+        corpus = r["corpora"][0]
+        tokenizer = AUTO_TOKENIZER.format(corpus=corpus)
+        tokenizers.setdefault(tokenizer, {"corpus": corpus, "model_type": "auto"})
+        runs[name] = {**r, "tokenizer": tokenizer}
+    return {**config, "tokenizers": tokenizers, "runs": runs}
+
+
 def recipe_file(recipe: str) -> str:
     """A training recipe: ``config/recipes/<name>.yaml``; ``auto``: the built-in base recipe
     that the run's plan completes (:data:`asrflow.recipe.plan.AUTO_BASE`)."""

@@ -17,8 +17,10 @@ from asrflow.evaluate.word_lm import (
     UNK_WORD,
     BigramLM,
     WordLMDecoder,
+    auto_mode,
     build_word_counts,
     count_words,
+    resolve_auto,
 )
 from asrflow.export.package import export_package
 from asrflow.tokens import TokenEncoder
@@ -59,6 +61,39 @@ def test_train_transcripts_are_counted_with_the_training_normalization(tmp_path)
     save_cuts([], tmp_path / "empty.jsonl.gz")
     with pytest.raises(AsrflowError, match="have no words"):
         build_word_counts([tmp_path / "empty.jsonl.gz"], {}, tmp_path / "x.json")
+
+
+def test_auto_takes_the_lexicon_only_for_a_closed_vocabulary_told_by_dev() -> None:
+    digits = {"one": 5, "two": 3, "three": 1}
+    closed = auto_mode(digits, ["two", "one", "one"])
+    assert closed["mode"] == "lexicon_lm" and "3 distinct train words" in closed["reason"]
+    open_ = auto_mode(digits, ["two", "four", "one", "five"])
+    assert open_["mode"] == "greedy_ctc" and "50.0% of the dev words (2)" in open_["reason"]
+    big = auto_mode({f"w{i}": 1 for i in range(1001)}, ["w1"])
+    assert big["mode"] == "greedy_ctc" and "1001 distinct" in big["reason"]
+
+
+def test_the_word_lm_records_the_auto_choice_and_evaluation_resolves_it(tmp_path):
+    def cuts(name: str, texts: list[str]) -> Path:
+        rows = [
+            make_cut(utt_id=f"{name}{i}", audio=f"/x/{i}.wav", sampling_rate=16000,
+                     num_samples=16000, duration=1.0, text=t)
+            for i, t in enumerate(texts)
+        ]  # fmt: skip
+        save_cuts(rows, tmp_path / f"{name}.jsonl.gz")
+        return tmp_path / f"{name}.jsonl.gz"
+
+    train, dev = cuts("train", ["red blue", "blue"]), cuts("dev", ["Blue red"])
+    out = tmp_path / "word_counts.json"
+    build_word_counts([train], {"lowercase": True}, out, dev_cuts=[dev])
+    assert json.loads(out.read_text())["decoding"]["mode"] == "lexicon_lm"
+    assert resolve_auto(Decoding(mode="auto"), out).mode == "lexicon_lm"
+    assert resolve_auto(Decoding(mode="beam"), out).mode == "beam"
+    build_word_counts([train], {"lowercase": True}, out)  # made for mode lexicon_lm: no choice
+    with pytest.raises(AsrflowError, match="rerun rule word_lm"):
+        resolve_auto(Decoding(mode="auto"), out)
+    with pytest.raises(AsrflowError, match="resolved from the run's word LM"):
+        PackageModel(tmp_path, Decoding(mode="auto"))
 
 
 @pytest.fixture(scope="module")

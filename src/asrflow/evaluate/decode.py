@@ -86,7 +86,9 @@ CAST_PARTS = ("preencoder", "encoder", "postencoder", "ctc", "decoder")
 """Submodules of an ``ESPnetASRModel`` whose weights take the evaluation dtype."""
 FLOAT32_PARTS = ("frontend", "normalize")
 """Submodules kept in float32 (see the module docstring)."""
-MODES = ("greedy_ctc", "beam", "lexicon_lm")
+MODES = ("greedy_ctc", "beam", "lexicon_lm", "auto")
+"""``auto`` is resolved per run before anything decodes
+(:func:`asrflow.evaluate.word_lm.resolve_auto`); a :class:`PackageModel` refuses it."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,11 @@ class PackageModel:
         decoding: Decoding = Decoding(),
         word_lm: Pathlike | None = None,
     ) -> None:
+        if decoding.mode == "auto":
+            raise AsrflowError(
+                "decoding.mode auto is resolved from the run's word LM before decoding "
+                "(asrflow.evaluate.word_lm.resolve_auto); pass a concrete mode"
+            )
         self.package = Path(package_dir)
         self.decoding = decoding
         self.manifest = verify_package(self.package)

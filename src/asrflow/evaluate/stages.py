@@ -49,6 +49,7 @@ from asrflow.evaluate.scoring import (
     write_utterances_csv,
 )
 from asrflow.evaluate.shared import decode_key, evaluate_once
+from asrflow.evaluate.word_lm import resolve_auto
 from asrflow.hashing import sha256_file
 from asrflow.io import read_json, write_json
 from asrflow.text import TextNormalization, normalize
@@ -314,7 +315,9 @@ def evaluate_artifact_once(
     package: Pathlike, cuts_path: Pathlike, *, cache_dir: Pathlike, **kwargs: Any
 ) -> dict[str, Any]:
     """:func:`evaluate_artifact`, decoding identical weights only once per eval set, contract
-    and decoding settings (:mod:`asrflow.evaluate.shared`; decodes kept in ``cache_dir``)."""
+    and decoding settings (:mod:`asrflow.evaluate.shared`; decodes kept in ``cache_dir``).
+    Decoding mode ``auto`` is first replaced by the run's choice (rule word_lm)."""
+    kwargs["decoding"] = resolve_auto(kwargs["decoding"], kwargs.get("word_lm"))
     manifest = read_json(Path(package) / "package.json")
     files = manifest["files"]
     key = decode_key(
