@@ -612,3 +612,36 @@ def test_a_partial_eval_set_is_counted_and_marked_in_the_tables(inputs):
     assert "| 12/12 |" in markdown
     assert "30.00 (partial)" in markdown and "25.00 (partial)" not in markdown
     assert "2 different sets of utterances" in markdown
+
+
+def test_an_auto_runs_derived_values_and_their_reasons_reach_the_report(inputs, tmp_path):
+    train, (last, _), selections, _ = inputs
+    plan = {
+        "rules_version": 1,
+        "stats": {"hours": 0.26},
+        "choices": [
+            {"key": "frontend_conf.fs", "value": 8000, "reason": "every utterance is at 8 kHz",
+             "overridden_by": None},
+            {"key": "trainer.max_steps", "value": 14000, "reason": "100 passes x 0.26 h",
+             "overridden_by": "trainer.max_steps"},
+        ],
+    }  # fmt: skip
+    (tmp_path / "train.json").write_text(json.dumps({**train["good"], "plan": plan}))
+    (tmp_path / "selected.json").write_text(json.dumps(selections["good"]))
+    (tmp_path / "summary.json").write_text(json.dumps(last))
+    out = {k: tmp_path / f"comparison.{k}" for k in ("csv", "md", "html")}
+    build_report(
+        train_summaries=[tmp_path / "train.json"],
+        evaluations=[tmp_path / "summary.json"],
+        selections=[tmp_path / "selected.json"],
+        archive_dir=None,
+        csv_path=out["csv"],
+        md_path=out["md"],
+        html_path=out["html"],
+    )
+    assert pd.read_csv(out["csv"])["plan"].tolist() == ["frontend_conf.fs=8000"]
+    text = out["md"].read_text()
+    assert "## Derived recipes (recipe: auto)" in text
+    assert "- `frontend_conf.fs` = 8000: every utterance is at 8 kHz" in text
+    assert "`trainer.max_steps`: overridden (`runs.good.overrides.trainer.max_steps`)" in text
+    assert "<summary>good</summary>" in out["html"].read_text()

@@ -129,6 +129,7 @@ COLUMNS = (
     *HASHES,
     "effective_batch_seconds",
     "update_budget",
+    "plan",
     "steps",
     "epochs",
     "num_parameters",
@@ -163,6 +164,19 @@ def budget_text(budget: Mapping[str, Any] | None) -> str | None:
         return None
     keys = [k for k in _BUDGET_KEYS if k in budget] or sorted(budget)
     return ", ".join(f"{k}={_compact(budget[k])}" for k in keys)
+
+
+def plan_text(plan: Mapping[str, Any] | None) -> str | None:
+    """The values a run's plan (``recipe: auto``) gave its recipe, compactly:
+    ``"frontend_conf.fs=8000 specaug=specaug ..."`` (overridden ones left out; reasons in the
+    report's Markdown and HTML, and in the train summary)."""
+    if not plan:
+        return None
+    return " ".join(
+        f"{c['key']}={_compact(c['value'])}"
+        for c in plan.get("choices", [])
+        if not c.get("overridden_by") and not isinstance(c["value"], Mapping)
+    )
 
 
 def decoding_text(decoding: Mapping[str, Any] | str | None) -> str | None:
@@ -212,6 +226,7 @@ def _train_columns(train: Mapping[str, Any] | None) -> dict[str, Any]:
         **_trained_from(train.get("hashes")),
         "effective_batch_seconds": train.get("effective_batch_seconds"),
         "update_budget": budget_text(train.get("update_budget")),
+        "plan": plan_text(train.get("plan")),
         "steps": train.get("steps"),
         "epochs": train.get("epochs"),
         "num_parameters": train.get("num_parameters"),

@@ -85,7 +85,8 @@ def build_report(
     aggregated = replica_table(df, errors, replicas or {}, baseline)
     if replicas_path is not None:
         write_text(replicas_path, aggregated.to_csv(index=False, lineterminator="\n"))
-    write_report_tables(df, csv_path, md_path, html_path, replicas=aggregated)
+    plans = {run: t["plan"] for run, t in trains.items() if t.get("plan")}
+    write_report_tables(df, csv_path, md_path, html_path, replicas=aggregated, plans=plans)
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
         len(df),

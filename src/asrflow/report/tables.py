@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -240,9 +241,41 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
-def report_markdown(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
+def plan_lines(plans: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Markdown of each run's plan (``recipe: auto``): every derived value with its reason."""
+    lines: list[str] = []
+    for run, plan in plans.items():
+        lines += [f"**{run}**", ""]
+        for c in plan.get("choices", []):
+            value = _md_cell(_plain(c["value"]))
+            if c.get("overridden_by"):
+                lines.append(
+                    f"- `{c['key']}`: overridden (`runs.{run}.overrides.{c['overridden_by']}`); "
+                    f"the rule's {value}: {_md_cell(c['reason'])}"
+                )
+            else:
+                lines.append(f"- `{c['key']}` = {value}: {_md_cell(c['reason'])}")
+        lines.append("")
+    return lines
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_plain(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_plain, value)) + "]"
+    return "null" if value is None else str(value)
+
+
+def report_markdown(
+    df: pd.DataFrame,
+    replicas: pd.DataFrame | None = None,
+    plans: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     """The comparison as Markdown: contract line or warnings, results, seed replicas
-    (``replicas``: :func:`asrflow.report.replicas.replica_table`), failed runs, archive."""
+    (``replicas``: :func:`asrflow.report.replicas.replica_table`), failed runs, how each
+    ``recipe: auto`` run's values were derived (``plans``: run -> its summary's plan),
+    archive."""
     lines = ["# Model comparison", ""]
     notes = check_contracts(df)
     contracts = sorted(df.loc[df["current"], "contract_sha256"].dropna().unique())
@@ -275,6 +308,9 @@ def report_markdown(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> s
             for r in failed.itertuples()
         ]
         lines.append("")
+    if plans:
+        lines += ["## Derived recipes (recipe: auto)", "", PLAN_NOTE, ""]
+        lines += plan_lines(plans)
     pending = df[df["current"] & (df["eval_set"] == NONE) & (df["status"] != "failed")]
     if not pending.empty:
         lines += ["## Not evaluated", ""]
@@ -317,9 +353,19 @@ table.asrflow tr.archived td { color: #777; }
 """
 
 
-def report_html(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
+PLAN_NOTE = (
+    "Each value a run's plan derived from its train split, with the reason; a key of the run's "
+    "overrides wins over the rule (asrflow plan RUN prints the same before training)."
+)
+
+
+def report_html(
+    df: pd.DataFrame,
+    replicas: pd.DataFrame | None = None,
+    plans: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     """The comparison as one HTML page; selected rows highlighted, failed and archived marked;
-    then the seed replicas (``replicas``), if any."""
+    then the seed replicas (``replicas``), if any, and the runs' plans (``plans``)."""
     view = display_table(df)
     if not _compared(df):
         view = view.drop(columns=BASELINE_VIEW)
@@ -359,6 +405,16 @@ def report_html(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
     if replicas is not None and not replicas.empty:
         seeds = replica_view(replicas).to_html(index=False, classes="asrflow", border=0, na_rep="")
         seeds = f"<h2>Seed replicas</h2>\n{seeds}\n<p>{html.escape(REPLICA_NOTE)}</p>\n"
+    if plans:
+        seeds += f"<h2>Derived recipes (recipe: auto)</h2>\n<p>{html.escape(PLAN_NOTE)}</p>\n"
+        for run, plan in plans.items():
+            items = "".join(
+                f"<li><code>{html.escape(c['key'])}</code> = {html.escape(_plain(c['value']))}"
+                + (" (overridden)" if c.get("overridden_by") else "")
+                + f": {html.escape(c['reason'])}</li>"
+                for c in plan.get("choices", [])
+            )
+            seeds += f"<details><summary>{html.escape(run)}</summary><ul>{items}</ul></details>\n"
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
@@ -373,9 +429,10 @@ def write_report_tables(
     md_path: Pathlike,
     html_path: Pathlike,
     replicas: pd.DataFrame | None = None,
+    plans: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Atomically write the table as CSV (every column, full hashes), Markdown and HTML (with
-    the seed replica table ``replicas``, if any)."""
+    the seed replica table ``replicas`` and the runs' ``plans``, if any)."""
     write_text(csv_path, df.to_csv(index=False, lineterminator="\n"))
-    write_text(md_path, report_markdown(df, replicas))
-    write_text(html_path, report_html(df, replicas))
+    write_text(md_path, report_markdown(df, replicas, plans))
+    write_text(html_path, report_html(df, replicas, plans))
