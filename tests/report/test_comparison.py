@@ -612,3 +612,37 @@ def test_a_partial_eval_set_is_counted_and_marked_in_the_tables(inputs):
     assert "| 12/12 |" in markdown
     assert "30.00 (partial)" in markdown and "25.00 (partial)" not in markdown
     assert "2 different sets of utterances" in markdown
+
+
+DEV_NOTE = (
+    "demo.dev measures seen speakers only: all 3 of its speakers are also in demo.train, while "
+    "demo.test has 12 speakers train does not have (of 12)"
+)
+
+
+def test_a_run_chosen_on_a_dev_of_seen_speakers_only_is_noted_beside_its_selection(
+    tmp_path, inputs
+):
+    """Issue 31, item 2: the selection's finding in the CSV column, and one note line."""
+    train, evals, selections, archived = inputs
+    selections["good"]["dev_measures"] = "seen speakers only"
+    selections["good"]["dev_groups"] = {"measures": "seen speakers only", "message": DEV_NOTE}
+    df = comparison_table(train, evals, selections, archived)
+    csv, md, html = tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.html"
+    write_report_tables(df, csv, md, html)
+    back = pd.read_csv(csv)
+    good = back[(back["run"] == "good") & back["current"]]
+    assert good["dev_measures"].tolist() == ["seen speakers only"] * 2
+    assert good["dev_note"].tolist() == [DEV_NOTE] * 2
+    assert back.loc[back["run"] == "broken", "dev_measures"].isna().all()
+    assert back.loc[~back["current"], "dev_measures"].isna().all()  # another revision
+    text = md.read_text()
+    assert text.count(f"> Run good: {DEV_NOTE}.") == 1
+    assert text.count("chosen on a dev set of seen speakers only") == 1  # the selected row
+    page = html.read_text()
+    assert page.count(f'<p class="warning">Run good: {DEV_NOTE}.</p>') == 1
+    # a selection without the finding (or written before it existed) notes nothing
+    del selections["good"]["dev_measures"], selections["good"]["dev_groups"]
+    write_report_tables(comparison_table(train, evals, selections, archived), csv, md, html)
+    assert "seen speakers only" not in md.read_text() + html.read_text()
+    assert pd.read_csv(csv)["dev_measures"].isna().all()

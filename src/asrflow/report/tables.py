@@ -1,6 +1,7 @@
 """The comparison table written out: the CSV (every column, full hashes), and Markdown and one
 HTML page for people (percentages with their 95 % intervals in brackets, short hashes, selected,
-failed and archived rows marked, a warning when results are not comparable).
+failed and archived rows marked, a warning when results are not comparable, a note for each run
+whose dev set measures seen speakers only).
 
 Example::
 
@@ -197,6 +198,8 @@ def _scored(row: Any) -> str:
 
 def _notes(row: Any) -> str:
     notes = []
+    if row.selected and not _missing(row.dev_measures):
+        notes.append(f"chosen on a dev set of {row.dev_measures}")
     if not _missing(row.not_compared):
         notes.append(row.not_compared)
     if not _missing(row.decoded_by):
@@ -223,6 +226,12 @@ def code_notes(df: pd.DataFrame) -> list[str]:
         f"{len(changed)} current row(s) were made by code that has changed since (see their "
         "notes; `asrflow status` lists every artifact): force a rerun of their rules to refresh"
     ]
+
+
+def dev_notes(df: pd.DataFrame) -> list[str]:
+    """One line per run whose dev set measures seen speakers only (its selection's message)."""
+    runs = df[df["current"] & df["dev_note"].map(lambda v: not _missing(v))]
+    return [f"Run {r.run}: {r.dev_note}." for r in runs.drop_duplicates("run").itertuples()]
 
 
 def _md_cell(text: str) -> str:
@@ -261,7 +270,9 @@ def report_markdown(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> s
         view = display_table(current).drop(columns=["current"])
         if not _compared(df):
             view = view.drop(columns=BASELINE_VIEW)
-        lines += [markdown_table(view), "", INTERVAL_NOTE, ""]
+        lines += [markdown_table(view), ""]
+        lines += [f"> {_md_cell(n)}\n" for n in dev_notes(df)]
+        lines += [INTERVAL_NOTE, ""]
         lines += [BASELINE_NOTE, ""] if _compared(df) else []
     if replicas is not None and not replicas.empty:
         lines += ["## Seed replicas", "", markdown_table(replica_view(replicas)), ""]
@@ -355,6 +366,7 @@ def report_html(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
         intro = ""
     intro += "".join(f'<div class="warning">{html.escape(n)}</div>' for n in code_notes(df))
     baseline_note = f"<p>{html.escape(BASELINE_NOTE)}</p>\n" if _compared(df) else ""
+    dev = "".join(f'<p class="warning">{html.escape(n)}</p>\n' for n in dev_notes(df))
     seeds = ""
     if replicas is not None and not replicas.empty:
         seeds = replica_view(replicas).to_html(index=False, classes="asrflow", border=0, na_rep="")
@@ -362,7 +374,7 @@ def report_html(df: pd.DataFrame, replicas: pd.DataFrame | None = None) -> str:
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
+        f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n{dev}"
         f"<p>{html.escape(INTERVAL_NOTE)}</p>\n{baseline_note}{seeds}</body>\n</html>\n"
     )
 
