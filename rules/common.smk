@@ -287,6 +287,27 @@ def run_dev_set(wildcards):
     return layout.dev_set(config, wildcards.run)
 
 
+def run_train_corpora(wildcards):
+    """The corpora whose train splits a run trains on."""
+    return layout.run_corpora(config, wildcards.run)
+
+
+def run_test_sets(wildcards):
+    """A run's eval sets other than its dev set."""
+    return layout.test_sets(config, wildcards.run)
+
+
+def run_validation_reports(wildcards):
+    """The validation reports of the corpora a run trains, selects and is tested on: their group
+    values say whether its dev set measures seen speakers only. Asking the validate_corpus
+    checkpoint (as filtered_split does) keeps a revalidation that changed nothing from rerunning
+    the selection."""
+    return [
+        checkpoints.validate_corpus.get(corpus=corpus).output.report
+        for corpus in layout.selection_corpora(config, wildcards.run)
+    ]
+
+
 def eval_slice_fields(wildcards):
     """The fields an eval set's figures are broken down by (its corpus's slice_fields)."""
     return layout.slice_fields(config, wildcards.eval_set)

@@ -11,4 +11,7 @@ with step(snakemake):
         out=snakemake.output.selected,
         utterances=snakemake.input.utterances,
         require_significant=snakemake.params.require_significant,
+        validation_reports=snakemake.input.validation,
+        train_corpora=snakemake.params.train_corpora,
+        test_sets=snakemake.params.test_sets,
     )

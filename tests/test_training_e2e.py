@@ -301,10 +301,15 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
     assert significance["artifact"] == "valid.loss.ave_2best"
     assert significance["against"] == selected["best_single"]["artifact"]
     assert significance["ci_low"] <= significance["ci_high"] and significance["resamples"] == 1000
+    # issue 31: the synthetic corpus is split by speaker, so dev measures new speakers too
+    groups = json.loads((trained / "results/data/tiny/validation.json").read_text())["groups"]
+    assert not set(groups["dev"]["speaker"]) & set(groups["train"]["speaker"])
+    assert selected["dev_measures"] is None and selected["dev_groups"] is None
 
     everything = pd.read_csv(trained / "results/report/comparison.csv")
     for column in ("run", "artifact", "eval_set", "wer", "cer", "selected", "status"):
         assert column in everything.columns, column
+    assert everything["dev_measures"].isna().all()
     table = everything[everything["current"]]  # one earlier revision: see `revised`
     assert len(table) == 8 and set(table["status"]) == {"completed"}
     chosen = table[table["selected"]]

@@ -310,6 +310,19 @@ def eval_sets(config: Config, name: str) -> list[str]:
     return list(dict.fromkeys(sets))
 
 
+def test_sets(config: Config, name: str) -> list[str]:
+    """A run's eval sets other than its dev set (:func:`eval_sets`)."""
+    return [s for s in eval_sets(config, name) if s != dev_set(config, name)]
+
+
+def selection_corpora(config: Config, name: str) -> list[str]:
+    """The corpora a run trains on, selects on (its dev corpus) and is tested on (each eval
+    set's): whose validation reports say whether its dev set measures seen speakers only."""
+    corpora = [*run_corpora(config, name), run_dev_corpus(config, name)]
+    corpora += [eval_set_split(config, s)[0] for s in test_sets(config, name)]
+    return list(dict.fromkeys(corpora))
+
+
 def slice_fields(config: Config, eval_set: str) -> list[str]:
     """The manifest fields an eval set's results are broken down by (its corpus's slice_fields)."""
     return list(corpus(config, eval_set_split(config, eval_set)[0])["slice_fields"])

@@ -181,6 +181,28 @@ def test_validation_outputs_do_not_depend_on_the_thread_count(nemo_corpus, tmp_p
     assert "threads" not in json.loads((tmp_path / "t1/validation.json").read_text())["config"]
 
 
+def test_a_dev_of_training_speakers_is_a_warning_in_the_report_and_the_log(
+    nemo_corpus, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31, item 2: dev holds takes of train speakers only, test new ones: the job goes on,
+    and its JSON, text and log say so (the log once)."""
+    speakers = {"train": ["a", "b", "c"], "dev": ["a", "b"], "test": ["e"]}
+    out = tmp_path / "out"
+    imported = import_all(nemo_corpus(speakers=speakers), out)
+    with caplog.at_level("INFO", logger="asrflow"):
+        run_validate(imported, out, allow_group_overlap=["speaker", "session"])
+    report = json.loads((out / "validation.json").read_text())
+    assert report["ok"] is True and report["warnings_by_code"] == {"dev_seen_groups": 1}
+    assert report["dev_groups"]["measures"] == "seen speakers only"
+    assert report["dev_groups"]["unseen"] == {"test": 1}
+    assert report["groups"]["dev"]["speaker"] == ["a", "b"]
+    message = report["dev_groups"]["message"]
+    assert report["warnings"][0]["message"] == message
+    assert (out / "validation.txt").read_text().count(message) == 1
+    assert caplog.text.count(message) == 1
+    assert (out / "validated" / "dev.jsonl.gz").is_file()
+
+
 def test_validate_corpus_fails_and_writes_nothing(nemo_corpus, tmp_path: Path) -> None:
     def mutate(rows):
         rows["test"][1]["text"] = ""

@@ -73,6 +73,28 @@ def test_allowed_group_overlap(nemo_corpus):
     assert validate_splits("c", load(manifests), config).ok
 
 
+def test_a_dev_of_training_speakers_warns_first_and_leaves_the_report_passing(nemo_corpus):
+    """Issue 31, item 2: held-out takes of the training speakers as dev, new speakers in test."""
+    speakers = {"train": ["a", "b", "c"], "dev": ["a", "b"], "test": ["e"]}
+    # a repeated line: a warning of an earlier check, which must not hide this one
+    splits = load(nemo_corpus(_same_audio(3, text="Hello a number zero"), speakers))
+    config = ValidationConfig(allow_group_overlap=("speaker", "session"))
+    report = validate_splits("c", splits, config)
+    assert report.ok and [i.code for i in report.warnings] == ["audio_repeated", "dev_seen_groups"]
+    data = report.to_dict()
+    assert data["dev_groups"]["field"] == "speaker" and data["dev_groups"]["shared"] == 2
+    assert data["groups"]["test"] == {"speaker": ["e"], "session": ["e_s0", "e_s1"]}
+    text = report.to_text(limit=1)
+    warnings = text.split("Warnings:\n", 1)[1].splitlines()
+    assert warnings[1] == "  ... and 1 more (see the JSON report)"
+    assert warnings[0].startswith("  dev [dev] speakers: dev measures seen speakers only")
+    assert "in corpora.c" in warnings[0] and "check_dev_groups" in text
+    # all speakers everywhere (speaker-dependent on purpose): no test set of new speakers
+    same = {"train": ["a", "b"], "dev": ["a", "b"], "test": ["a", "b"]}
+    report = validate_splits("c", load(nemo_corpus(speakers=same)), config)
+    assert report.ok and report.warnings == [] and report.to_dict()["dev_groups"] is None
+
+
 def test_audio_that_vanished_after_import(nemo_corpus, tmp_path):
     splits = load(nemo_corpus())
     (tmp_path / "corpus/audio/dev-d-1.wav").unlink()

@@ -645,3 +645,37 @@ def test_an_auto_runs_derived_values_and_their_reasons_reach_the_report(inputs, 
     assert "- `frontend_conf.fs` = 8000: every utterance is at 8 kHz" in text
     assert "`trainer.max_steps`: overridden (`runs.good.overrides.trainer.max_steps`)" in text
     assert "<summary>good</summary>" in out["html"].read_text()
+
+
+DEV_NOTE = (
+    "demo.dev measures seen speakers only: all 3 of its speakers are also in demo.train, while "
+    "demo.test has 12 speakers train does not have (of 12)"
+)
+
+
+def test_a_run_chosen_on_a_dev_of_seen_speakers_only_is_noted_beside_its_selection(
+    tmp_path, inputs
+):
+    """Issue 31, item 2: the selection's finding in the CSV column, and one note line."""
+    train, evals, selections, archived = inputs
+    selections["good"]["dev_measures"] = "seen speakers only"
+    selections["good"]["dev_groups"] = {"measures": "seen speakers only", "message": DEV_NOTE}
+    df = comparison_table(train, evals, selections, archived)
+    csv, md, html = tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.html"
+    write_report_tables(df, csv, md, html)
+    back = pd.read_csv(csv)
+    good = back[(back["run"] == "good") & back["current"]]
+    assert good["dev_measures"].tolist() == ["seen speakers only"] * 2
+    assert good["dev_note"].tolist() == [DEV_NOTE] * 2
+    assert back.loc[back["run"] == "broken", "dev_measures"].isna().all()
+    assert back.loc[~back["current"], "dev_measures"].isna().all()  # another revision
+    text = md.read_text()
+    assert text.count(f"> Run good: {DEV_NOTE}.") == 1
+    assert text.count("chosen on a dev set of seen speakers only") == 1  # the selected row
+    page = html.read_text()
+    assert page.count(f'<p class="warning">Run good: {DEV_NOTE}.</p>') == 1
+    # a selection without the finding (or written before it existed) notes nothing
+    del selections["good"]["dev_measures"], selections["good"]["dev_groups"]
+    write_report_tables(comparison_table(train, evals, selections, archived), csv, md, html)
+    assert "seen speakers only" not in md.read_text() + html.read_text()
+    assert pd.read_csv(csv)["dev_measures"].isna().all()

@@ -103,6 +103,71 @@ def test_select_run_writes_selected_json(tmp_path):
     assert s["selected"] == "valid.loss.ave_3best"
 
 
+def validation_report(path, corpus: str, **speakers: str) -> str:
+    """A corpus's validation.json as validate_corpus writes it: split -> its speakers (one per
+    letter) under ``groups``."""
+    groups = {split: {"speaker": list(s), "session": []} for split, s in speakers.items()}
+    path.write_text(
+        json.dumps(
+            {
+                "corpus": corpus,
+                "config": {"group_fields": ["speaker", "session"]},
+                "groups": groups,
+            }
+        )
+    )
+    return str(path)
+
+
+def test_selected_json_says_when_dev_measures_seen_speakers_only(tmp_path):
+    """Issue 31, item 2: dev of held-out takes of the training speakers, a test set of new ones;
+    the record says so and the choice is made as before."""
+    summary = tmp_path / "last.json"
+    summary.write_text(json.dumps(ev("last", 0.02)))
+    report = validation_report(tmp_path / "v.json", "demo", train="abc", dev="abc", test="xyz")
+    out = tmp_path / "selected.json"
+    s = select_run(
+        [summary],
+        run="r",
+        dev_set=DEV,
+        out=out,
+        validation_reports=[report],
+        train_corpora=["demo"],
+        test_sets=["demo.test"],
+    )
+    assert json.loads(out.read_text()) == s and s["selected"] == "last"
+    assert s["dev_measures"] == "seen speakers only"
+    assert s["dev_groups"]["unseen"] == {"demo.test": 3} and s["dev_groups"]["shared"] == 3
+    assert s["dev_groups"]["message"].startswith(
+        "demo.dev measures seen speakers only: all 3 of its speakers are also in demo.train"
+    )
+    assert "in corpora.demo" in s["dev_groups"]["hint"]
+
+
+@pytest.mark.parametrize(
+    "speakers",
+    [
+        {"train": "abc", "dev": "abc", "test": "abc"},  # speaker-dependent by design
+        {"train": "abc", "dev": "ax", "test": "xyz"},  # dev has a new speaker
+        {"train": "", "dev": "", "test": ""},  # no speakers: cannot tell
+    ],
+)
+def test_selected_json_says_nothing_when_dev_can_tell_or_nothing_is_known(tmp_path, speakers):
+    summary = tmp_path / "last.json"
+    summary.write_text(json.dumps(ev("last", 0.02)))
+    report = validation_report(tmp_path / "v.json", "demo", **speakers)
+    s = select_run(
+        [summary],
+        run="r",
+        dev_set=DEV,
+        out=tmp_path / "selected.json",
+        validation_reports=[report],
+        train_corpora=["demo"],
+        test_sets=["demo.test"],
+    )
+    assert s["dev_measures"] is None and s["dev_groups"] is None
+
+
 # --- significance of the average's difference (paired bootstrap over dev utterances) ---------
 
 N_UTTS, WORDS = 50, 10

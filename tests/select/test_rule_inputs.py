@@ -1,5 +1,6 @@
 """The select_model rule's inputs: each dev evaluation's summary.json and, beside it, its
-utterances.csv (for the significance of the average's difference); never a test set."""
+utterances.csv (for the significance of the average's difference); never a test set; and the
+validation reports of the run's corpora (whether dev measures seen speakers only)."""
 
 from __future__ import annotations
 
@@ -44,13 +45,28 @@ from snakemake.settings.types import OutputSettings, ResourceSettings
 
 with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
     workflow = api.workflow(resource_settings=ResourceSettings(), snakefile=Path("Snakefile"))
-    rule = workflow._workflow.get_rule("select_model")
+    wf = workflow._workflow
+    # as after validation has run: the validate_corpus checkpoint's outputs exist
+    validate = wf.get_rule("validate_corpus")
+    for corpus in wf.config["corpora"]:
+        wf.checkpoints.created_output.update(validate.expand_output({"corpus": corpus})[0])
+    rule = wf.get_rule("select_model")
     wildcards = Wildcards(fromdict={"run": sys.argv[1]})
     inputs = {name: rule.input[i](wildcards) for name, (i, _) in rule.input._names.items()}
     params = {name: rule.params[i] for name, (i, _) in rule.params._names.items()}
-    params["dev_set"] = params["dev_set"](wildcards)
+    params = {k: v(wildcards) if callable(v) else v for k, v in params.items()}
     print(json.dumps({"input": inputs, "params": params}))
 """
+
+
+def test_the_run_is_checked_against_the_validation_of_every_corpus_it_meets(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = shipped_config()
+    config["corpora"]["other"] = dict(config["corpora"]["demo"])
+    config["evaluation"]["extra_sets"] = ["other.test"]
+    config["runs"]["r"] = dict(config["runs"][RUN], corpora=["demo"], dev="other")
+    assert layout.test_sets(config, "r") == ["demo.test", "other.test"]
+    assert layout.selection_corpora(config, "r") == ["demo", "other"]
 
 
 def test_the_select_rule_reads_the_utterances_csv_beside_each_dev_summary():
@@ -68,4 +84,10 @@ def test_the_select_rule_reads_the_utterances_csv_beside_each_dev_summary():
     assert [Path(p).name for p in summaries] == ["summary.json"] * len(summaries)
     assert [str(Path(p).parent) for p in utterances] == [str(Path(p).parent) for p in summaries]
     assert [Path(p).name for p in utterances] == ["utterances.csv"] * len(summaries)
-    assert rule["params"] == {"dev_set": "demo.dev", "require_significant": False}
+    assert rule["input"]["validation"] == [layout.validation_report("demo", "json")]
+    assert rule["params"] == {
+        "dev_set": "demo.dev",
+        "require_significant": False,
+        "train_corpora": ["demo"],
+        "test_sets": ["demo.test"],
+    }

@@ -32,6 +32,9 @@ warnings
     ``digits_and_words``     numbers are written as digits in some transcripts and as words in
                              others.
     ``unseen_characters``    characters in dev/test that never occur in train.
+    ``dev_seen_groups``      every speaker (or session) of dev is also in train, while a test
+                             split has some train lacks: dev measures seen speakers only
+                             (:mod:`asrflow.data.dev_groups`; fields of ``allow_group_overlap``).
     ``audio_repeated``       the same audio is two utterances of one split with the same
                              transcript (a repeated line: it trains twice).
 """
@@ -50,6 +53,8 @@ from lhotse.cut import Cut
 
 from asrflow.data.audio_checks import check_audio, check_lhotse, check_sampling_rates
 from asrflow.data.cuts import field, origin, text
+from asrflow.data.dev_groups import CODE as DEV_SEEN_GROUPS
+from asrflow.data.dev_groups import DevGroupFinding, corpus_finding
 from asrflow.data.issues import (
     EXAMPLES,
     Issue,
@@ -270,6 +275,52 @@ def check_group_leakage(splits: Splits, config: ValidationConfig, **_: Any) -> I
                 )
 
 
+def group_values(splits: Splits, fields: Iterable[str]) -> dict[str, dict[str, list[str]]]:
+    """Split -> group field -> its sorted values (the report's ``groups``; a cut without the
+    field adds none)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for split, cuts in splits.items():
+        out[split] = {}
+        for name in fields:
+            values = {field(cut, name) for cut in cuts} - {None, ""}
+            out[split][name] = sorted(str(v) for v in values)
+    return out
+
+
+def dev_finding(
+    groups: Mapping[str, Mapping[str, list[str]]], config: ValidationConfig, corpus: str | None
+) -> DevGroupFinding | None:
+    """Whether dev shares every speaker (or session) with train while a test split has new ones
+    (:func:`asrflow.data.dev_groups.corpus_finding`), for the fields of ``allow_group_overlap``
+    only: for the others any shared value is already an error."""
+    allowed = [f for f in config.group_fields if f in config.allow_group_overlap]
+    return corpus_finding(groups, allowed, corpus) if allowed else None
+
+
+def check_dev_groups(
+    splits: Splits,
+    config: ValidationConfig,
+    corpus: str | None = None,
+    groups: Mapping[str, Mapping[str, list[str]]] | None = None,
+    **_: Any,
+) -> Iterable[Issue]:
+    """A warning (the user may mean it) when dev measures seen speakers only (:func:`dev_finding`;
+    ``groups``: :func:`group_values` of ``splits``, computed here when not given)."""
+    if groups is None:
+        groups = group_values(splits, config.group_fields)
+    finding = dev_finding(groups, config, corpus)
+    if finding is not None:
+        yield Issue(
+            "warning",
+            DEV_SEEN_GROUPS,
+            finding.dev,
+            finding.dev,
+            finding.what,
+            finding.message,
+            finding.hint,
+        )
+
+
 _DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[a-z]+")
 
@@ -346,5 +397,6 @@ CHECKS: tuple[Callable[..., Iterable[Issue]], ...] = (
     check_audio_leakage,
     check_audio_reuse,
     check_group_leakage,
+    check_dev_groups,
     check_conventions,
 )

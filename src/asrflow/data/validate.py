@@ -23,8 +23,9 @@ from lhotse.cut import Cut
 
 from asrflow.data.audio import AudioInfo, read_audio_infos
 from asrflow.data.audio_checks import NonFiniteAudio, resampling_note
-from asrflow.data.checks import CHECKS
+from asrflow.data.checks import CHECKS, dev_finding, group_values
 from asrflow.data.cuts import field
+from asrflow.data.dev_groups import CODE as DEV_SEEN_GROUPS
 from asrflow.data.issues import Issue, ValidationConfig, audio_path
 from asrflow.errors import ValidationFailed
 from asrflow.text import DEFAULT as DEFAULT_NORMALIZATION
@@ -46,6 +47,8 @@ class Report:
     checks: list[str] = dc_field(default_factory=list)
     config: dict[str, Any] = dc_field(default_factory=dict)
     sampling: dict[str, Any] = dc_field(default_factory=dict)
+    groups: dict[str, dict[str, list[str]]] = dc_field(default_factory=dict)
+    dev_groups: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -63,6 +66,8 @@ class Report:
             "sampling_rates": self.sampling,
             "checks": self.checks,
             "config": self.config,
+            "dev_groups": self.dev_groups,
+            "groups": self.groups,
             "errors": [asdict(i) for i in self.errors],
             "warnings": [asdict(i) for i in self.warnings],
         }
@@ -89,7 +94,9 @@ class Report:
                 f"{f'{declared} Hz' if declared else 'none'}.",
                 f"Audio: {self.sampling['note']}.",
             ]
-        for title, issues in (("Errors", self.errors), ("Warnings", self.warnings)):
+        # a corpus-wide finding first, so that no run of per-line warnings hides it
+        warnings = sorted(self.warnings, key=lambda i: i.code != DEV_SEEN_GROUPS)
+        for title, issues in (("Errors", self.errors), ("Warnings", warnings)):
             if issues:
                 lines += ["", f"{title}:"]
                 lines += [f"  {i.format()}" for i in issues[:limit]]
@@ -184,8 +191,13 @@ def validate_splits(
     ``model_rates``: ``{run: rate}`` the frontends of the runs using the corpus expect (for the
     report: audio is resampled to it when loaded); ``manifests``: split -> the manifest (or
     Kaldi dir) it was imported from, named where no utterance's line can be (an empty split).
+
+    The report keeps each split's values of ``group_fields`` (``groups``: what selection compares
+    a run's train, dev and test sets by, :func:`asrflow.data.dev_groups.run_finding`) and, when
+    dev measures seen speakers only, the finding (``dev_groups``, also a warning).
     """
     infos = _read_infos(splits, config)
+    groups = group_values(splits, config.group_fields)
     report = Report(
         corpus=corpus,
         splits={name: _split_stats(cuts, infos) for name, cuts in splits.items()},
@@ -196,7 +208,10 @@ def validate_splits(
             "normalization": normalization.to_dict(),
         },
         sampling=sampling_summary(splits, infos, sampling_rate, model_rates),
+        groups=groups,
     )
+    finding = dev_finding(groups, config, corpus)
+    report.dev_groups = finding.to_dict() if finding is not None else None
     for check in CHECKS:
         found = check(
             splits=splits,
@@ -207,6 +222,7 @@ def validate_splits(
             sampling_rate=sampling_rate,
             model_rates=model_rates,
             manifests=manifests or {},
+            groups=groups,
         )
         for issue in found:
             (report.errors if issue.severity == "error" else report.warnings).append(issue)

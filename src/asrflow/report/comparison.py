@@ -7,7 +7,8 @@ Inputs are the JSON summaries other rules write:
 - eval summaries (``results/runs/<run>/eval/<artifact>/<eval_set>/summary.json``, schema
   ``asrflow.eval/1``): pooled counts and rates of :func:`asrflow.evaluate.scoring.pooled`, the
   scoring contract's sha256, decoding settings and speed;
-- selections (``results/runs/<run>/selected.json``): the chosen artifact of each run;
+- selections (``results/runs/<run>/selected.json``): the chosen artifact of each run and what
+  its dev set measures (:mod:`asrflow.report.selection`);
 - archived eval summaries: results of earlier data or model revisions, kept by artifact hash
   (:mod:`asrflow.evaluate.archive`);
 - per-utterance errors of the current evaluations (their ``utterances.csv``), for each
@@ -55,7 +56,9 @@ from asrflow.report.differences import (
     differences_vs_selected,
     not_compared,
 )
+from asrflow.report.plans import plan_text
 from asrflow.report.replicas import REPLICA_COLUMNS, Replicas, replica_columns
+from asrflow.report.selection import DEV_COLUMNS, dev_columns, is_selected
 
 NONE = "-"
 """Artifact and eval set of a row that has no evaluation (a failed or unevaluated run)."""
@@ -107,6 +110,7 @@ COLUMNS = (
     *BASELINE_DIFF_COLUMNS,
     "rank",
     "selected",
+    *DEV_COLUMNS,
     "status",
     "error",
     *REPLICA_COLUMNS,
@@ -164,19 +168,6 @@ def budget_text(budget: Mapping[str, Any] | None) -> str | None:
         return None
     keys = [k for k in _BUDGET_KEYS if k in budget] or sorted(budget)
     return ", ".join(f"{k}={_compact(budget[k])}" for k in keys)
-
-
-def plan_text(plan: Mapping[str, Any] | None) -> str | None:
-    """The values a run's plan (``recipe: auto``) gave its recipe, compactly:
-    ``"frontend_conf.fs=8000 specaug=specaug ..."`` (overridden ones left out; reasons in the
-    report's Markdown and HTML, and in the train summary)."""
-    if not plan:
-        return None
-    return " ".join(
-        f"{c['key']}={_compact(c['value'])}"
-        for c in plan.get("choices", [])
-        if not c.get("overridden_by") and not isinstance(c["value"], Mapping)
-    )
 
 
 def decoding_text(decoding: Mapping[str, Any] | str | None) -> str | None:
@@ -276,15 +267,6 @@ def decoded_by(summary: Mapping[str, Any]) -> str | None:
     return f"{by.get('run')}/{by.get('artifact')}"
 
 
-def _is_selected(summary: Mapping[str, Any], selection: Mapping[str, Any] | None) -> bool:
-    """The row is the run's selected artifact (and, where known, the same bytes)."""
-    if not selection or summary.get("artifact") != selection.get("selected"):
-        return False
-    chosen = (selection.get("candidates") or {}).get(selection.get("selected")) or {}
-    sha = chosen.get("artifact_sha256")
-    return sha is None or sha == summary.get("artifact_sha256")
-
-
 def _key(summary: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(summary.get(k) for k in (*ARCHIVE_KEY, DECODING_KEY))
 
@@ -312,7 +294,8 @@ def comparison_table(
       record; empty for summaries written before they carried them) and *without* the other
       train columns: the current train summary describes a different revision of the model.
     - ``selected``: the artifact is ``selections[run]["selected"]`` (same bytes where the selection
-      records its hash).
+      records its hash); :data:`~asrflow.report.selection.DEV_COLUMNS` (current rows): whether
+      the run's dev set measures seen speakers only.
     - ``rank``: 1 = lowest WER among current rows with the same eval set, eval cuts and scoring
       contract; never across contracts.
     - ``wer_diff_vs_selected`` and its interval: from ``utterance_errors`` (per
@@ -335,13 +318,15 @@ def comparison_table(
         row = _eval_columns(summary)
         row.update(_train_columns(train_summaries.get(run)), **changes.get(run, {}))
         row["current"] = True
-        row["selected"] = _is_selected(summary, selections.get(run))
+        row["selected"] = is_selected(summary, selections.get(run))
+        row.update(dev_columns(selections.get(run)))
         rows.append(row)
     for run, train in train_summaries.items():
         if run not in evaluated:
             row = {"run": run, "artifact": NONE, "eval_set": NONE, "current": True}
             row.update(_train_columns(train), **changes.get(run, {}))
             row["selected"] = False
+            row.update(dev_columns(selections.get(run)))
             rows.append(row)
     for summary in archived:
         if _key(summary) in seen:
@@ -349,7 +334,7 @@ def comparison_table(
         seen.add(_key(summary))
         row = _eval_columns(summary)
         row.update(_trained_from(summary.get("run_hashes")))  # its own, not the current run's
-        row.update(current=False, selected=_is_selected(summary, selections.get(row["run"])))
+        row.update(current=False, selected=is_selected(summary, selections.get(row["run"])))
         rows.append(row)
     df = _frame(rows)
     df[list(DIFF_COLUMNS)] = differences_vs_selected(df, utterance_errors or {})

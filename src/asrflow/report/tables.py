@@ -1,6 +1,7 @@
 """The comparison table written out: the CSV (every column, full hashes), and Markdown and one
 HTML page for people (percentages with their 95 % intervals in brackets, short hashes, selected,
-failed and archived rows marked, a warning when results are not comparable).
+failed and archived rows marked, a warning when results are not comparable, a note for each run
+whose dev set measures seen speakers only).
 
 Example::
 
@@ -20,6 +21,7 @@ import pandas as pd
 from asrflow.evaluate.intervals import BOOTSTRAP
 from asrflow.io import write_text
 from asrflow.report.comparison import NONE, SHORT, check_contracts
+from asrflow.report.plans import plans_html, plans_markdown
 from asrflow.types import Pathlike
 
 
@@ -198,6 +200,8 @@ def _scored(row: Any) -> str:
 
 def _notes(row: Any) -> str:
     notes = []
+    if row.selected and not _missing(row.dev_measures):
+        notes.append(f"chosen on a dev set of {row.dev_measures}")
     if not _missing(row.not_compared):
         notes.append(row.not_compared)
     if not _missing(row.decoded_by):
@@ -226,6 +230,12 @@ def code_notes(df: pd.DataFrame) -> list[str]:
     ]
 
 
+def dev_notes(df: pd.DataFrame) -> list[str]:
+    """One line per run whose dev set measures seen speakers only (its selection's message)."""
+    runs = df[df["current"] & df["dev_note"].map(lambda v: not _missing(v))]
+    return [f"Run {r.run}: {r.dev_note}." for r in runs.drop_duplicates("run").itertuples()]
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -239,32 +249,6 @@ def markdown_table(table: pd.DataFrame) -> str:
         for row in table.itertuples(index=False)
     ]
     return "\n".join([header, rule, *body])
-
-
-def plan_lines(plans: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Markdown of each run's plan (``recipe: auto``): every derived value with its reason."""
-    lines: list[str] = []
-    for run, plan in plans.items():
-        lines += [f"**{run}**", ""]
-        for c in plan.get("choices", []):
-            value = _md_cell(_plain(c["value"]))
-            if c.get("overridden_by"):
-                lines.append(
-                    f"- `{c['key']}`: overridden (`runs.{run}.overrides.{c['overridden_by']}`); "
-                    f"the rule's {value}: {_md_cell(c['reason'])}"
-                )
-            else:
-                lines.append(f"- `{c['key']}` = {value}: {_md_cell(c['reason'])}")
-        lines.append("")
-    return lines
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_plain(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(map(_plain, value)) + "]"
-    return "null" if value is None else str(value)
 
 
 def report_markdown(
@@ -294,7 +278,9 @@ def report_markdown(
         view = display_table(current).drop(columns=["current"])
         if not _compared(df):
             view = view.drop(columns=BASELINE_VIEW)
-        lines += [markdown_table(view), "", INTERVAL_NOTE, ""]
+        lines += [markdown_table(view), ""]
+        lines += [f"> {_md_cell(n)}\n" for n in dev_notes(df)]
+        lines += [INTERVAL_NOTE, ""]
         lines += [BASELINE_NOTE, ""] if _compared(df) else []
     if replicas is not None and not replicas.empty:
         lines += ["## Seed replicas", "", markdown_table(replica_view(replicas)), ""]
@@ -309,8 +295,7 @@ def report_markdown(
         ]
         lines.append("")
     if plans:
-        lines += ["## Derived recipes (recipe: auto)", "", PLAN_NOTE, ""]
-        lines += plan_lines(plans)
+        lines += plans_markdown(plans)
     pending = df[df["current"] & (df["eval_set"] == NONE) & (df["status"] != "failed")]
     if not pending.empty:
         lines += ["## Not evaluated", ""]
@@ -351,12 +336,6 @@ table.asrflow tr.failed td { background: #fbe4e4; }
 table.asrflow tr.archived td { color: #777; }
 .warning { background: #fff4ce; border: 1px solid #e0c060; padding: 0.5em 1em; }
 """
-
-
-PLAN_NOTE = (
-    "Each value a run's plan derived from its train split, with the reason; a key of the run's "
-    "overrides wins over the rule (asrflow plan RUN prints the same before training)."
-)
 
 
 def report_html(
@@ -401,24 +380,16 @@ def report_html(
         intro = ""
     intro += "".join(f'<div class="warning">{html.escape(n)}</div>' for n in code_notes(df))
     baseline_note = f"<p>{html.escape(BASELINE_NOTE)}</p>\n" if _compared(df) else ""
+    dev = "".join(f'<p class="warning">{html.escape(n)}</p>\n' for n in dev_notes(df))
     seeds = ""
     if replicas is not None and not replicas.empty:
         seeds = replica_view(replicas).to_html(index=False, classes="asrflow", border=0, na_rep="")
         seeds = f"<h2>Seed replicas</h2>\n{seeds}\n<p>{html.escape(REPLICA_NOTE)}</p>\n"
-    if plans:
-        seeds += f"<h2>Derived recipes (recipe: auto)</h2>\n<p>{html.escape(PLAN_NOTE)}</p>\n"
-        for run, plan in plans.items():
-            items = "".join(
-                f"<li><code>{html.escape(c['key'])}</code> = {html.escape(_plain(c['value']))}"
-                + (" (overridden)" if c.get("overridden_by") else "")
-                + f": {html.escape(c['reason'])}</li>"
-                for c in plan.get("choices", [])
-            )
-            seeds += f"<details><summary>{html.escape(run)}</summary><ul>{items}</ul></details>\n"
+    seeds += plans_html(plans or {})
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n<meta charset='utf-8'>\n"
         f"<title>Model comparison</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n"
+        f"<h1>Model comparison</h1>\n{intro}\n{head}{sep}{body}\n{dev}"
         f"<p>{html.escape(INTERVAL_NOTE)}</p>\n{baseline_note}{seeds}</body>\n</html>\n"
     )
 

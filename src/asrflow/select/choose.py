@@ -24,8 +24,15 @@ by utterance ID; :mod:`asrflow.evaluate.paired`), ``selected.json`` records unde
 resamples, seed 0, 95 %) and whether it is significant (the interval excludes 0), whichever way
 the choice went; the reason says it in words. The option changes no choice unless it is on.
 
+**What dev measures.** When every speaker (or session) of the dev set is also in the run's
+train splits while a test set of the run has speakers train does not have,
+``dev_measures`` is ``"seen speakers only"`` and ``dev_groups`` holds the finding with its message
+(:func:`asrflow.data.dev_groups.run_finding`, from the corpora's validation reports): the dev WER
+that chose the model says little about new speakers. Both are ``null`` otherwise, and when a
+validation report has no group values to tell by. It changes no choice.
+
 ``selected.json`` holds the choice, the reason in words, both figures, the significance of their
-difference and the hashes of every candidate's weights.
+difference, what dev measures and the hashes of every candidate's weights.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from asrflow.artifacts import BASELINE, LAST, is_average
+from asrflow.data.dev_groups import run_finding
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.intervals import BOOTSTRAP, Bootstrap
 from asrflow.evaluate.paired import UtteranceErrors, paired_difference, read_utterance_errors
@@ -147,12 +155,14 @@ def select_model(
     dev_set: str,
     utterances: Mapping[str, UtteranceErrors] | None = None,
     require_significant: bool = False,
+    dev_groups: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The selection record of one run (see the module docstring for the rule).
 
     ``utterances``: each artifact's per-utterance errors on ``dev_set``, for the significance of
     the average's difference (``significance`` is ``None`` without them, or without an average;
-    ``require_significant`` needs them)."""
+    ``require_significant`` needs them). ``dev_groups``: the finding that dev measures seen
+    speakers only (:meth:`asrflow.data.dev_groups.DevGroupFinding.to_dict`), if any."""
     contract = check_dev_summaries(dev_summaries, run=run, dev_set=dev_set)
     singles = [
         s for s in dev_summaries if not is_average(s["artifact"]) and s["artifact"] != BASELINE
@@ -184,6 +194,8 @@ def select_model(
         "significance": significance,
         "candidates": {s["artifact"]: _figures(s) for s in dev_summaries},
         "contract_sha256": contract,
+        "dev_measures": dev_groups["measures"] if dev_groups else None,
+        "dev_groups": dict(dev_groups) if dev_groups else None,
     }
 
 
@@ -243,22 +255,38 @@ def select_run(
     out: Pathlike,
     utterances: Sequence[Pathlike] | None = None,
     require_significant: bool = False,
+    validation_reports: Sequence[Pathlike] = (),
+    train_corpora: Sequence[str] = (),
+    test_sets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """:func:`select_model` on summary files and the ``utterances.csv`` beside each (paired by
-    directory); writes ``selected.json`` to ``out``."""
+    directory); writes ``selected.json`` to ``out``. ``validation_reports``: the JSON validation
+    reports of the run's corpora, whose group values say whether dev (``dev_set``) measures seen
+    speakers only against the run's ``train_corpora`` and ``test_sets``."""
     summaries = [read_json(p) for p in dev_summaries]
     errors = None
     if utterances is not None:
         errors = _dev_utterance_errors(dev_summaries, summaries, utterances, run=run)
+    finding = None
+    if validation_reports:
+        finding = run_finding(
+            [read_json(p) for p in validation_reports],
+            train_corpora=train_corpora,
+            dev_set=dev_set,
+            test_sets=test_sets,
+        )
     selection = select_model(
         summaries,
         run=run,
         dev_set=dev_set,
         utterances=errors,
         require_significant=require_significant,
+        dev_groups=finding.to_dict() if finding is not None else None,
     )
     write_json(out, selection)
     log.info("run %s: selected %s (%s)", run, selection["selected"], selection["reason"])
+    if finding is not None:
+        log.warning("run %s: %s -> %s", run, finding.message, finding.hint)
     return selection
 
 
