@@ -20,6 +20,7 @@ LONGEST_FIRST = (
     "tests/test_slurm_e2e.py",
     "tests/test_replicas_e2e.py",
     "tests/test_workflow_e2e.py",
+    "tests/test_real_speech_e2e.py",
     "tests/test_slurm_srun.py",
     "tests/train/test_ddp.py",
     "tests/train/test_one_task_slurm.py",
