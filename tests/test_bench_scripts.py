@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import doctest
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,55 @@ def test_espnet_speed_gives_each_ratio_with_its_rounds(capsys) -> None:
     assert "goal <= 1.05x: NOT met; rounds 1.000-1.200x, 1 of 2 within the goal" in vs_bare
     vs_espnet = lines["asrflow / ESPnet2 trainer, time per audio second"]
     assert "goal <= 1.00x: NOT met; rounds 1.000-1.200x, 1 of 2 within the goal" in vs_espnet
+
+
+def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
+    # two seed replicas of one fold and one plain fold: a row each, the mean over folds
+    # averaging the replicas first ((0.2 + 0.4) / 2 and 0.1: 0.2); a failed run reads n/a
+    def row(fold: str, seed: Any, dev: float, test: float, minutes: float) -> dict[str, Any]:
+        return {
+            "fold": fold,
+            "seed": seed,
+            "selected": "valid.loss.best",
+            "dev": {"wer": dev, "ci": [dev - 0.02, dev + 0.03]},
+            "test": {"wer": test, "ci": [test - 0.05, test + 0.05]},
+            "train": {"wall_seconds": 60 * minutes},
+        }
+
+    bench = load_bench(REPO / "bench/real_speech.py")
+    rows = [row("nicolas", 0, 0.1, 0.2, 2.5), row("nicolas", 1, 0.2, 0.4, 3.0)]
+    rows += [row("george", None, 0.05, 0.1, 4.0)]
+    rows.append({"fold": "lucas", "seed": None, "selected": None, "dev": None, "test": None})
+    result = {
+        "machine": {"cpu": "Test CPU, 2 cores (2 usable)", "cores": 2, "threads": 2},
+        "date": "2026-01-02",
+        "commit": "abc123",
+        "settings": {
+            "recipe": "demo_conformer",
+            "dev": "takes",
+            "seeds": [0, 1],
+            "overrides": {"trainer": {"max_steps": 200}},
+            "decoding": None,
+        },
+        "rows": rows,
+        "mean": bench.fold_means(rows),
+    }
+    assert result["mean"] == {"folds": 2, "dev_wer": 0.1, "test_wer": 0.2}
+    (tmp_path / "rs.json").write_text(json.dumps(result))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench/real_speech.py"), "--table", str(tmp_path / "rs.json")],
+        cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Measured 2026-01-02 on Test CPU, 2 cores (2 usable) (2 threads)")
+    assert "seeds 0, 1, overrides trainer.max_steps=200" in lines[0]
+    nicolas = "| nicolas (seed 1) | 20.00 % [18.00, 23.00] | 40.00 % [35.00, 45.00] |"
+    assert f"{nicolas} valid.loss.best | 3.0 |" in lines
+    assert (
+        "| george | 5.00 % [3.00, 8.00] | 10.00 % [5.00, 15.00] | valid.loss.best | 4.0 |" in lines
+    )
+    assert "| lucas | n/a | n/a | n/a | n/a |" in lines
+    assert lines[-1] == (
+        "Mean over 2 fold(s) of the selected artifact: dev 10.00 %, held-out speaker 20.00 %."
+    )
