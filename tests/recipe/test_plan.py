@@ -22,11 +22,22 @@ def test_a_key_the_overrides_set_is_reported_and_never_taken_from_the_plan() -> 
     assert any("overridden by runs.r.overrides.trainer.max_steps" in x for x in plan_lines(plan))
 
 
-def test_overridden_matches_keys_inside_and_above_a_choice() -> None:
-    inner = "specaug_conf.num_time_mask"
-    assert overridden("specaug_conf", [inner]) == inner
+def test_overridden_matches_the_key_and_sections_above_it() -> None:
+    assert overridden("specaug_conf", ["specaug_conf.num_time_mask"]) is None
     assert overridden("frontend_conf.fs", ["frontend_conf"]) == "frontend_conf"
     assert overridden("trainer.max_steps", ["trainer.max_step"]) is None
+
+
+def test_a_key_inside_a_planned_mapping_replaces_only_that_key() -> None:
+    explicit = explicit_keys({"specaug_conf": {"freq_mask_width_range": [0, 8]}})
+    plan = make_plan("r", corpus(), explicit=explicit)
+    base = {**read_recipe_yaml(AUTO_BASE), "specaug_conf": {"freq_mask_width_range": [0, 8]}}
+    conf = apply_plan(base, plan, explicit)["specaug_conf"]
+    assert conf["freq_mask_width_range"] == [0, 8]
+    assert conf["num_time_mask"] == 2 and conf["apply_time_warp"] is False  # the plan's
+    (row,) = [c for c in plan["choices"] if c["key"] == "specaug_conf"]
+    assert row["overridden_inside"] == ["specaug_conf.freq_mask_width_range"]
+    assert any("with specaug_conf.freq_mask_width_range from" in x for x in plan_lines(plan))
 
 
 def test_the_base_with_the_plan_applied_is_a_valid_recipe_at_the_corpus_rate() -> None:

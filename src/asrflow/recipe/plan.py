@@ -60,13 +60,18 @@ def nest(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def overridden(key: str, explicit: Iterable[str]) -> str | None:
-    """The explicit key that overrides choice ``key``: the key itself, a key inside it (an
-    override of ``specaug_conf.num_time_mask`` takes ``specaug_conf`` from the plan) or a
-    section above it (``frontend_conf`` given whole)."""
+    """The explicit key that overrides choice ``key`` whole: the key itself or a section above
+    it (``frontend_conf`` given whole overrides ``frontend_conf.fs``)."""
     for e in explicit:
-        if e == key or e.startswith(f"{key}.") or key.startswith(f"{e}."):
+        if e == key or key.startswith(f"{e}."):
             return e
     return None
+
+
+def inside(key: str, explicit: Iterable[str]) -> list[str]:
+    """The explicit keys inside choice ``key`` (a mapping such as ``specaug_conf``): the plan's
+    mapping is kept with these keys taken from the overrides."""
+    return [e for e in explicit if e.startswith(f"{key}.")]
 
 
 def make_plan(
@@ -79,7 +84,10 @@ def make_plan(
     rows, kept = [], []
     for c in choices(stats):
         by = overridden(c.key, explicit)
-        rows.append({"key": c.key, "value": c.value, "reason": c.reason, "overridden_by": by})
+        row = {"key": c.key, "value": c.value, "reason": c.reason, "overridden_by": by}
+        if inside(c.key, explicit):
+            row["overridden_inside"] = inside(c.key, explicit)
+        rows.append(row)
         if by is None:
             kept.append((c.key, c.value))
     return {
@@ -108,8 +116,26 @@ def apply_plan(
             if not isinstance(node.get(p), dict):
                 node[p] = {}
             node = node[p]
-        node[last] = copy.deepcopy(c["value"])
+        value = copy.deepcopy(c["value"])
+        within = inside(c["key"], explicit)
+        if within and isinstance(value, dict):
+            # the plan's mapping, with the keys the overrides set inside it as they set them
+            given = flatten(node.get(last) or {}, f"{c['key']}.")
+            value = deep_update(
+                value, nest((k[len(c["key"]) + 1 :], given[k]) for k in within if k in given)
+            )
+        node[last] = value
     return out
+
+
+def deep_update(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top`` merged in (mappings recursively; ``base`` is modified)."""
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            deep_update(base[k], v)
+        else:
+            base[k] = copy.deepcopy(v)
+    return base
 
 
 def explicit_keys(overrides: Mapping[str, Any]) -> list[str]:
@@ -140,6 +166,10 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
     width = max((len(c["key"]) for c in plan["choices"]), default=0)
     for c in plan["choices"]:
         value = _short(c["value"])
+        if c.get("overridden_inside"):
+            value += (
+                f" (with {', '.join(c['overridden_inside'])} from runs.{plan['run']}.overrides)"
+            )
         if c["overridden_by"]:
             lines.append(
                 f"  {c['key']:<{width}}  (overridden by runs.{plan['run']}.overrides."
