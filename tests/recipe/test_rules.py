@@ -47,13 +47,15 @@ def test_mixed_rates_take_the_rate_of_most_audio_and_say_what_is_resampled() -> 
 def test_real_speech_gets_specaugment_and_speed_perturbation_synthetic_does_not() -> None:
     real, synth = values(corpus()), values(corpus(synthetic=True))
     assert real["specaug"] == "specaug" and real["augmentation.speed_perturb"] == [0.9, 1.0, 1.1]
-    assert real["specaug_conf"]["freq_mask_width_range"] == [0, 14]  # 27 of 80 -> of 40 bins
+    assert real["specaug_conf"]["freq_mask_width_range"] == [0, 8]  # mild below 2 h: 1/5
+    big = values(corpus(hours=50, rate=16000))
+    assert big["specaug_conf"]["freq_mask_width_range"] == [0, 27]  # ESPnet's 27 of 80
     assert synth["specaug"] is None and synth["augmentation.speed_perturb"] == []
     assert "specaug_conf" not in synth
 
 
 @pytest.mark.parametrize(
-    ("hours", "dims", "blocks"), [(0.3, 96, 4), (5.0, 144, 8), (100.0, 256, 12), (960.0, 512, 12)]
+    ("hours", "dims", "blocks"), [(0.3, 96, 2), (5.0, 144, 8), (100.0, 256, 12), (960.0, 512, 12)]
 )
 def test_the_model_grows_with_the_hours(hours: float, dims: int, blocks: int) -> None:
     v = values(corpus(hours=hours))
@@ -66,11 +68,11 @@ def test_the_budget_follows_the_hours_between_a_floor_and_a_ceiling() -> None:
     assert tiny["trainer.max_steps"] == rules.MIN_STEPS
     assert huge["trainer.max_steps"] == rules.MAX_STEPS
     # 1 h, 3 speeds, 20 s per step
-    expected = rules.PASSES * 3600 * 3 / 20
+    expected = rules.EPOCHS * 3600 * 3 / 20
     assert mid["trainer.max_steps"] == pytest.approx(expected, abs=100)
     for v in (tiny, mid, huge):
         assert v["trainer.val_check_interval"] * 8 <= v["trainer.max_steps"]
-        assert v["scheduler.warmup"] == 0.02
+    assert (tiny["scheduler.warmup"], huge["scheduler.warmup"]) == (0.05, 0.02)
 
 
 def test_every_choice_gives_a_reason_naming_what_it_read() -> None:
