@@ -8,8 +8,10 @@ training speaker's takes (``--dev takes``: dev shares the training speakers, so 
 speaker overlap in validation) or the training speaker after S in alphabetical order held out
 whole (``--dev speaker``: train has two speakers).
 
-One Snakemake project in ``--work`` gets one corpus (``source: nemo``), one char tokenizer and
-one run (``--recipe``, ``--seeds``, ``--override``) per fold, and the workflow runs as it does
+One Snakemake project in ``--work`` gets one corpus (``source: nemo``) and one run
+(``--recipe``, ``--seeds``, ``--override``) per fold, with the run's default tokenizer for
+``--recipe auto`` (the default: a config that declares the corpus and nothing else) and a char
+tokenizer for a named recipe, and the workflow runs as it does
 for any user (import, validation, tokenizer, audit, smoke, train, export, evaluation,
 selection, report; its output in ``<work>/snakemake.log``). Then per fold (and seed replica):
 the artifact select_model chose on dev, its WER with its 95 % interval on dev and on the
@@ -17,7 +19,8 @@ held-out speaker, every artifact's held-out WER, and the train job's wall and CP
 (Snakemake's benchmark TSV). Written to ``--out``/real_speech.json (machine, date, commit,
 command, settings, rows, the mean over folds of the held-out WER) and printed as a table::
 
-    uv run python bench/real_speech.py                      # 4 folds, the demo recipe
+    uv run python bench/real_speech.py                      # 4 folds, every default
+    uv run python bench/real_speech.py --recipe demo_conformer   # a new user's first try
     uv run python bench/real_speech.py --folds nicolas --recipe demo_conformer \\
         --override trainer.max_steps=200 --override trainer.val_check_interval=100
     uv run python bench/real_speech.py --quick              # CI smoke: one fold, a few minutes
@@ -150,7 +153,8 @@ def project_config(
     overrides: dict[str, Any],
     decoding: str | None,
 ) -> dict[str, Any]:
-    """The work dir's config.yaml: one corpus, char tokenizer and run per fold."""
+    """The work dir's config.yaml: one corpus and run per fold, and a char tokenizer for a
+    named recipe (``auto`` takes the run's default tokenizer, ``model_type: auto``)."""
     corpora, tokenizers, runs = {}, {}, {}
     for speaker, fold in folds.items():
         n = Names(speaker, dev)
@@ -164,13 +168,11 @@ def project_config(
         if dev == "takes":  # dev strings are other takes of the training speakers
             corpus["validation"] = {"allow_group_overlap": ["speaker"]}
         corpora[n.corpus] = corpus
-        tokenizers[n.tokenizer] = {"corpus": n.corpus, "model_type": "char"}
-        run: dict[str, Any] = {
-            "corpora": [n.corpus],
-            "tokenizer": n.tokenizer,
-            "recipe": recipe,
-            "resources": dict(RESOURCES),
-        }
+        run: dict[str, Any] = {"corpora": [n.corpus], "recipe": recipe}
+        if recipe != "auto":  # as a new user's config names one; auto: the run's default
+            tokenizers[n.tokenizer] = {"corpus": n.corpus, "model_type": "char"}
+            run["tokenizer"] = n.tokenizer
+        run["resources"] = dict(RESOURCES)
         if overrides:
             run["overrides"] = overrides
         if seeds:
@@ -343,16 +345,18 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Measured {result['date']} on {m['cpu']} ({m['threads']} threads), commit "
         f"{result['commit']}; recipe {s['recipe']}, dev {s['dev']}{extra}, decoding "
-        f"{s.get('decoding') or 'greedy_ctc (schema default)'}.",
+        f"{s.get('decoding') or 'auto (schema default)'}.",
         "",
         "| fold (held-out speaker) | dev WER [95 % CI] | held-out speaker WER [95 % CI] | "
-        "selected | train min |",
+        "selected | train min (wall, CPU) |",
         "|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         fold = r["fold"] if r.get("seed") is None else f"{r['fold']} (seed {r['seed']})"
         wall = (r.get("train") or {}).get("wall_seconds")
+        cpu = (r.get("train") or {}).get("cpu_seconds")
         minutes = "n/a" if wall is None else f"{wall / 60:.1f}"
+        minutes += "" if cpu is None else f", {cpu / 60:.1f}"
         lines.append(
             f"| {fold} | {_wer(r.get('dev'))} | {_wer(r.get('test'))} | "
             f"{r.get('selected') or 'n/a'} | {minutes} |"
@@ -408,8 +412,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dev", choices=("takes", "speaker"), default="takes")
     p.add_argument(
         "--recipe",
-        default="demo_conformer",
-        help="a recipe of config/recipes/, a YAML file, or auto (the workflow's built-in)",
+        default="auto",
+        help="auto (the workflow's default, with its default tokenizer; the default here), a "
+        "recipe of config/recipes/ or a YAML file (each with a char tokenizer)",
     )
     p.add_argument("--seeds", type=_list, help="seed replicas, e.g. 0,1")
     p.add_argument(
@@ -419,7 +424,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="recipe override, e.g. trainer.max_steps=300 (repeatable; values are YAML)",
     )
-    p.add_argument("--decoding", choices=("greedy_ctc", "beam", "lexicon_lm"))
+    p.add_argument("--decoding", choices=("greedy_ctc", "beam", "lexicon_lm", "auto"))
     p.add_argument("--work", type=Path, default=REPO / "results/bench/real_speech/work")
     p.add_argument("--out", type=Path, default=REPO / "results/bench/real_speech")
     p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")

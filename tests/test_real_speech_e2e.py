@@ -112,7 +112,7 @@ def test_every_default_follows_the_real_corpus_to_the_report(project: Path) -> N
     evaluation = json.loads((results / "runs/real/eval/last/fsdd.test/summary.json").read_text())
     assert evaluation["decoding"]["mode"] == "lexicon_lm"
     assert evaluation["utterances_scored"] == evaluation["utterances_total"] > 0
-    selected = json.loads((results / "runs/real/select/selected.json").read_text())
+    selected = json.loads((results / "runs/real/selected.json").read_text())
     assert selected["dev_measures"] == "seen speakers only"
     report = (results / "report/comparison.md").read_text()
     assert "## Derived recipes (recipe: auto)" in report
