@@ -160,6 +160,13 @@ def publish_dir(tmp: Path, out: Path) -> bool:
     os.chmod(tmp, 0o755)
     for p in tmp.iterdir():
         os.chmod(p, 0o644)
+    replace_dir(tmp, out)
+    return True
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished directory ``tmp`` to ``out``; an old ``out`` is moved aside first and
+    removed after, so a reader never sees a half-written ``out``."""
     old = None
     if out.exists() or out.is_symlink():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
@@ -167,7 +174,6 @@ def publish_dir(tmp: Path, out: Path) -> bool:
     os.replace(tmp, out)
     if old is not None:
         shutil.rmtree(old)
-    return True
 
 
 def write_bytes(path: Pathlike, data: bytes) -> None:

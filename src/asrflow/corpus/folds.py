@@ -46,7 +46,7 @@ import soundfile
 from asrflow.corpus.connected import Recording, Take, join, load, read_takes
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
-from asrflow.io import dumps_json, read_json
+from asrflow.io import dumps_json, read_json, replace_dir
 from asrflow.types import Hz, Pathlike, Seconds
 
 logger = logging.getLogger(__name__)
@@ -271,16 +271,9 @@ def _write(
 
 
 def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` to ``out``; an old ``out`` is moved aside first, then removed
-    (a reader never sees a half-written fold)."""
+    """Move the finished ``tmp`` to ``out`` (a reader never sees a half-written fold)."""
     os.chmod(tmp, 0o755)
-    old = None
-    if out.exists() or out.is_symlink():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        os.replace(out, old / out.name)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old)
+    replace_dir(tmp, out)
 
 
 def _fold(out: Path) -> Fold:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from asrflow.params import flatten
 from asrflow.recipe.rules import RULES_VERSION, choices
 from asrflow.recipe.stats import CorpusStats
 
@@ -33,18 +34,6 @@ loss, the checkpoints kept, the diagnostics), and values the plan replaces."""
 
 def is_auto(recipe: str) -> bool:
     return recipe == AUTO
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (mappings only; lists are values)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{path}."))
-        else:
-            out[path] = value
-    return out
 
 
 def nest(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
