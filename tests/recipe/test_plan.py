@@ -59,3 +59,11 @@ def test_synthetic_speech_plans_no_augmentation_and_the_lines_say_so() -> None:
     lines = plan_lines(plan)
     assert "not auto" in lines[0] and "synthetic speech" in lines[1]
     assert any(x.strip().startswith("specaug ") and "null" in x for x in lines)
+
+
+def test_the_plan_file_holds_no_rules_version_so_a_bump_retrains_only_what_it_changes() -> None:
+    """A bump reruns rule plan_run (its params); a plan whose values and reasons come out the
+    same is the same file, whose mtime stays (asrflow.io), so its run does not retrain."""
+    plan = make_plan("r", corpus())
+    assert "rules_version" not in plan
+    assert "rules version" in plan_lines(plan)[0]

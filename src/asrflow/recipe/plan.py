@@ -5,8 +5,9 @@ train cuts before anything trains; the batch audit, the smoke run and the train 
 merge its values over the base recipe (:data:`AUTO_BASE`), under every key the run's overrides
 (and the smoke run's own settings) set: an explicit key always wins. The plan file is written
 only when its content changes, so a data revision that leaves every derived value as it was
-retrains nothing through it, and a rule change (:data:`~asrflow.recipe.rules.RULES_VERSION`)
-retrains exactly the runs whose values it changes.
+retrains nothing through it, and a rule change (a bump of
+:data:`~asrflow.recipe.rules.RULES_VERSION`, which reruns rule plan_run; the version is not in
+the file) retrains exactly the runs whose values (or reasons) it changes.
 
 Example (``asrflow plan RUN`` prints this)::
 
@@ -82,7 +83,6 @@ def make_plan(
     return {
         "run": run,
         "recipe": recipe,
-        "rules_version": RULES_VERSION,
         "stats": stats.to_dict(),
         "choices": rows,
         "values": nest(kept),
@@ -139,11 +139,11 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{int(r) / 1000:g} kHz {sec / 3600:.2f} h" for r, sec in s["rate_seconds"].items()
     )
     if is_auto(plan["recipe"]):
-        head = f"run {plan['run']}: recipe auto (rules version {plan['rules_version']})"
+        head = f"run {plan['run']}: recipe auto (rules version {RULES_VERSION})"
     else:
         head = (
             f"run {plan['run']}: recipe {plan['recipe']}, not auto: it trains as its file says; "
-            f"recipe auto would take (rules version {plan['rules_version']}):"
+            f"recipe auto would take (rules version {RULES_VERSION}):"
         )
     lines = [
         head,

@@ -43,6 +43,7 @@ from asrflow.data.shards import INDEX as SHARD_INDEX
 from asrflow.data.shards import read_index
 from asrflow.hashing import sha256_file
 from asrflow.ranks import launched_rank
+from asrflow.recipe.rules import RULES_VERSION
 from asrflow.text import TextNormalization
 from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
 from asrflow.train.outcome import record_completion, record_failure, record_preemption
@@ -177,7 +178,7 @@ def _plan_record(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
     again: ``recipe_settings`` holds them as trained)."""
     if plan is None:
         return None
-    return {k: plan[k] for k in ("rules_version", "stats", "choices")}
+    return {"rules_version": RULES_VERSION, "stats": plan["stats"], "choices": plan["choices"]}
 
 
 def train_run(
