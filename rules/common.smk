@@ -24,11 +24,12 @@ share_package_with_jobs(f"{workflow.basedir}/src")
 # schema, nor a recipe error inside the first rule that reads a recipe)
 try:
     validate(config, "../config/config.schema.yaml")
-    # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
-    config.update(expand_replicas(config))
     # a run that names no tokenizer gets <corpus>_auto (model_type auto), its defaults filled
+    # (before replicas are expanded: the schema has no place for replica_of)
     config.update(layout.with_default_tokenizers(config))
     validate(config, "../config/config.schema.yaml")
+    # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
+    config.update(expand_replicas(config))
     layout.check_config(config)
     # every run's recipe and overrides, so that a bad one stops here naming the run and the file
     runs.check_recipes(config)
@@ -292,9 +293,9 @@ def run_train_corpora(wildcards):
     return layout.run_corpora(config, wildcards.run)
 
 
-def run_test_sets(wildcards):
-    """A run's eval sets other than its dev set."""
-    return layout.test_sets(config, wildcards.run)
+def run_held_out_test_sets(wildcards):
+    """A run's eval sets other than its dev set and its train splits."""
+    return layout.held_out_test_sets(config, wildcards.run)
 
 
 def run_validation_reports(wildcards):

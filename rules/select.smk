@@ -18,6 +18,6 @@ rule select_model:
         dev_set=run_dev_set,
         require_significant=config["selection"]["require_significant"],
         train_corpora=run_train_corpora,
-        test_sets=run_test_sets,
+        test_sets=run_held_out_test_sets,
     script:
         "../scripts/select_model.py"

@@ -315,11 +315,19 @@ def test_sets(config: Config, name: str) -> list[str]:
     return [s for s in eval_sets(config, name) if s != dev_set(config, name)]
 
 
+def held_out_test_sets(config: Config, name: str) -> list[str]:
+    """A run's test sets (:func:`test_sets`) other than its own train splits: the sets that can
+    hold speakers it never heard. Selection takes exactly these, so an extra eval set of train
+    data reruns no selection."""
+    train = {f"{c}.train" for c in run_corpora(config, name)}
+    return [s for s in test_sets(config, name) if s not in train]
+
+
 def selection_corpora(config: Config, name: str) -> list[str]:
-    """The corpora a run trains on, selects on (its dev corpus) and is tested on (each eval
-    set's): whose validation reports say whether its dev set measures seen speakers only."""
+    """The corpora a run trains on, selects on (its dev corpus) and is tested on (each held-out
+    test set's): whose validation reports say whether its dev set measures seen speakers only."""
     corpora = [*run_corpora(config, name), run_dev_corpus(config, name)]
-    corpora += [eval_set_split(config, s)[0] for s in test_sets(config, name)]
+    corpora += [eval_set_split(config, s)[0] for s in held_out_test_sets(config, name)]
     return list(dict.fromkeys(corpora))
 
 

@@ -69,6 +69,18 @@ def test_the_run_is_checked_against_the_validation_of_every_corpus_it_meets(monk
     assert layout.selection_corpora(config, "r") == ["demo", "other"]
 
 
+def test_selection_takes_no_test_set_of_the_runs_own_train_split(monkeypatch):
+    """An extra eval set of train data cannot hold unheard speakers: it is not among the sets
+    selection compares dev against, so adding it reruns no selection."""
+    monkeypatch.chdir(ROOT)
+    config = shipped_config()
+    config["corpora"]["other"] = dict(config["corpora"]["demo"])
+    config["evaluation"]["extra_sets"] = ["demo.train", "other.train"]
+    config["runs"]["r"] = dict(config["runs"][RUN], corpora=["demo"])
+    assert "demo.train" in layout.test_sets(config, "r")
+    assert layout.held_out_test_sets(config, "r") == ["demo.test", "other.train"]
+
+
 def test_the_select_rule_reads_the_utterances_csv_beside_each_dev_summary():
     """The rule as the Snakefile defines it (parsed in a fresh process; no DAG is built)."""
     out = subprocess.run(
