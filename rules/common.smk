@@ -14,7 +14,6 @@ from asrflow.replicas import expand_replicas, replica_runs
 from asrflow.settings import config_error_message
 from asrflow.train.recipe import AUDIT_SECTIONS
 from asrflow.recipe.rules import RULES_VERSION
-from asrflow.export.find import tracked_weights
 from asrflow.train.launch import train_resources
 from asrflow.workflow import share_package_with_jobs
 
@@ -215,9 +214,9 @@ def run_slurm(resource):
 
 
 def run_init_weights(wildcards):
-    """The weights file a run starts from (runs.<run>.init.model), if it has one."""
-    init = layout.run(config, wildcards.run).get("init")
-    return {"init_weights": tracked_weights(init["model"])} if init else {}
+    """The weights file a run starts from (runs.<run>.init.model), if it has one, and the
+    package's config.yaml its model is taken from (init.architecture: package)."""
+    return runs.init_inputs(config, wildcards.run)
 
 
 def average_criterion(wildcards):

@@ -12,4 +12,5 @@ with step(snakemake):
         synthetic=snakemake.params.plan["synthetic"],
         explicit=snakemake.params.plan["explicit"],
         recipe=snakemake.params.plan["recipe"],
+        inherited=snakemake.params.plan.get("inherited", ()),
     )

@@ -531,9 +531,10 @@ def test_a_missing_manifest_is_named_before_anything_runs(tmp_path) -> None:
 
 # --- training-time faults: the same corpus, trained through the rules ---------------------------
 #
-# One workflow trains three tiny runs (tests.train.tiny_run's 4-step recipe) on the catalogue's
+# One workflow trains four tiny runs (tests.train.tiny_run's 4-step recipe) on the catalogue's
 # base corpus: `good` (clean audio), `nan` (a float WAV with a NaN sample; full_decode is off, so
-# the loader is what meets it) and `misfit` (a wider model whose init is good's exported package).
+# the loader is what meets it) and `misfit` (good's exported package as init, made wider by an
+# override); `tuned` fine-tunes that package with a recipe of another width (which gives way).
 # The faults planted after a run finished (a damaged last.ckpt, a disk that fills, an edited token
 # list) each work on a private copy of that workdir.
 
@@ -567,7 +568,17 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Corpus], str]:
         "runs": {
             "good": {"corpora": ["clean"], "tokenizer": "clean_char", "recipe": "tiny", **run},
             "nan": {"corpora": ["nan_audio"], "tokenizer": "nan_audio_char", "recipe": "tiny"},
+            # the model is good's package's; the override makes it wider
             "misfit": {
+                "corpora": ["clean"],
+                "tokenizer": "clean_char",
+                "recipe": "tiny",
+                "init": {"model": "results/runs/good/export/last"},
+                "overrides": {"encoder_conf": {"output_size": 24}},
+                **run,
+            },
+            # a recipe of another width: its model keys give way to the package's
+            "tuned": {
                 "corpora": ["clean"],
                 "tokenizer": "clean_char",
                 "recipe": "wider",
@@ -582,7 +593,8 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Corpus], str]:
     (recipes / "tiny.yaml").write_text(yaml.safe_dump(_tiny_recipe()))
     (recipes / "wider.yaml").write_text(yaml.safe_dump(_tiny_recipe(output_size=24)))
     targets = [_summary("good"), "results/runs/good/export/last", _summary("nan")]
-    proc = snakemake(workdir, "--keep-going", *targets, _summary("misfit"), check=False)
+    targets += [_summary("misfit"), _summary("tuned")]
+    proc = snakemake(workdir, "--keep-going", *targets, check=False)
     return workdir, corpora, proc.stdout + proc.stderr
 
 
@@ -629,7 +641,21 @@ def test_an_init_package_with_mis_shaped_keys_names_them(trained) -> None:
     assert "results/runs/good/export/last" in log, log[-3000:]
     assert "'encoder.embed.out.weight' (16, 64) vs (24, 96)" in log, log[-3000:]
     assert "init.exclude" in log, log[-3000:]
+    assert "encoder_conf.output_size set by the run's overrides" in log, log[-3000:]
     assert not (workdir / "results/runs/misfit/smoke/summary.json").exists()
+
+
+def test_a_fine_tuning_run_trains_the_packages_model_not_its_recipes(trained) -> None:
+    """Issue 32: the recipe `wider` (output_size 24) gives the training sections; the model is
+    the one good's package describes (16), so good's weights load and the run trains."""
+    workdir = trained[0]
+    summary = json.loads((workdir / _summary("tuned")).read_text())
+    assert summary["status"] == "completed", summary
+    assert summary["recipe_settings"]["encoder_conf"]["output_size"] == 16
+    package_config = workdir / "results/runs/good/export/last/config.yaml"
+    assert summary["architecture"]["from"] == str(package_config.relative_to(workdir))
+    assert summary["architecture"]["overridden"] == []
+    assert summary["init"]["fresh_keys"] == 0, summary["init"]
 
 
 def test_a_damaged_last_checkpoint_falls_back_to_an_intact_one(trained, tmp_path) -> None:

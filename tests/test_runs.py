@@ -112,6 +112,33 @@ def test_an_auto_run_gets_its_plan_and_the_keys_its_overrides_set(recipes) -> No
     }
 
 
+def test_a_fine_tuning_run_takes_its_packages_model_config_and_rate(recipes, tmp_path) -> None:
+    """Issue 32: the package's config.yaml is an input (an edit reruns the run), the plan leaves
+    the model keys to it, the overrides are explicit, and validation hears the package's rate."""
+    recipes("named", MODEL)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "model.pth").write_bytes(b"")
+    (pkg / "config.yaml").write_text(yaml.safe_dump({**MODEL, "frontend_conf": {"fs": 22050}}))
+    made_later = "results/runs/base/export/last"
+    config = config_with_runs(
+        a={"recipe": "auto", "init": {"model": str(pkg)}},
+        b={"recipe": "named", "init": {"model": str(pkg), "architecture": "recipe"}},
+        c={"recipe": "named", "init": {"model": made_later}, "overrides": {"trainer": {"seed": 1}}},
+    )
+    assert runs.init_inputs(config, "a") == {
+        "init_weights": str(pkg / "model.pth"),
+        "init_config": str(pkg / "config.yaml"),
+    }
+    assert runs.init_inputs(config, "b") == {"init_weights": str(pkg / "model.pth")}
+    assert runs.init_inputs(config, "c") == {"init_weights": made_later}  # another run's export
+    assert "encoder_conf" in runs.plan_params(config, "a")["inherited"]
+    assert "trainer.seed" in runs.recipe_params(config, "c")["explicit"]
+    assert "explicit" not in runs.recipe_params(config, "b")
+    # a: the package's 22.05 kHz; b: the recipe's 8 kHz; c: not known until base exports
+    assert dict(runs.frontend_rates(config, "c")) == {"a": 22050, "b": 8000}
+
+
 def test_an_auto_runs_rate_follows_the_corpus_unless_overridden(recipes) -> None:
     config = config_with_runs(
         a={"recipe": "auto"}, b={"recipe": "auto", "overrides": {"frontend_conf": {"fs": 16000}}}

@@ -66,6 +66,7 @@ def test_the_run_defaults_are_filled_in():
         "model": "exp/asr_base",
         "include": ["*"],
         "exclude": ["ctc.*"],
+        "architecture": "package",
         "reuse_tokenizer": False,
     }
 

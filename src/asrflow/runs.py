@@ -13,13 +13,14 @@ repeated here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.scoring import SCORING_VERSION
 from asrflow.evaluate.versions import DECODER_VERSION
-from asrflow.export.find import find_config, model_sample_rate
+from asrflow.export.find import find_config, model_sample_rate, tracked_weights
 from asrflow.layout import (
     Config,
     dev_set,
@@ -32,6 +33,11 @@ from asrflow.layout import (
     sharded_corpora,
 )
 from asrflow.params import Operational
+from asrflow.recipe.inherit import (
+    ARCHITECTURE_KEYS,
+    read_architecture,
+    takes_package_architecture,
+)
 from asrflow.recipe.plan import explicit_keys, is_auto
 from asrflow.train.mappings import deep_merge
 from asrflow.train.recipe import check_overrides, load_recipe, read_recipe_yaml
@@ -119,7 +125,8 @@ def check_recipes(config: Config) -> None:
 
 def frontend_rates(config: Config, corpus: str) -> Operational:
     """``{run: sampling rate its model's frontend expects}`` for the runs that train or validate
-    on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none).
+    on ``corpus`` (ESPnet's ``frontend_conf.fs``, 16000 when the recipe gives none; a
+    fine-tuning run's from its package, :mod:`asrflow.recipe.inherit`).
 
     Operational (:class:`~asrflow.params.Operational`): the validation report and its
     mixed-rates warning name these rates, but no check, cut or error depends on them (audio is
@@ -133,11 +140,17 @@ def frontend_rates(config: Config, corpus: str) -> Operational:
     rates = {}
     for name in config["runs"]:
         if corpus in run_corpora(config, name) or run_dev_corpus(config, name) == corpus:
-            overrides = run(config, name)["overrides"]
-            if is_auto(run(config, name)["recipe"]) and "fs" not in overrides.get(
-                "frontend_conf", {}
-            ):
-                continue  # its plan takes the corpus's own rate
+            overrides, init = run(config, name)["overrides"], run(config, name).get("init")
+            if "fs" not in overrides.get("frontend_conf", {}):
+                if takes_package_architecture(init):
+                    if not Path(init["model"]).exists():
+                        continue  # another run of this DAG makes it: its rate is not known yet
+                    rates[name] = model_sample_rate(
+                        read_architecture(init["model"])[1].get("frontend_conf")
+                    )
+                    continue
+                if is_auto(run(config, name)["recipe"]):
+                    continue  # its plan takes the corpus's own rate
             data = deep_merge(_recipe_data(config, name), overrides)
             rates[name] = model_sample_rate(data.get("frontend_conf"))
     return Operational(rates)
@@ -152,6 +165,22 @@ def trains_from_shards(config: Config, name: str) -> bool:
     return any(corpus in sharded for corpus in run_corpora(config, name))
 
 
+def init_inputs(config: Config, name: str) -> dict[str, str]:
+    """The files a fine-tuning run starts from, as rule inputs: ``init_weights`` (the weights
+    of ``init.model``, or the path as given when another rule makes it) and, when its model is
+    the package's (:mod:`asrflow.recipe.inherit`), ``init_config``: the package's config.yaml,
+    so that an edited architecture reruns the run. ``{}`` for a run from scratch."""
+    init = run(config, name).get("init")
+    if not init:
+        return {}
+    inputs = {"init_weights": tracked_weights(init["model"])}
+    if takes_package_architecture(init) and Path(init["model"]).exists():
+        config_yaml = find_config(init["model"])
+        if config_yaml is not None:  # none: the train job says what to do
+            inputs["init_config"] = str(config_yaml)
+    return inputs
+
+
 def recipe_params(
     config: Config, name: str, *, smoke: bool = False, sections: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
@@ -161,8 +190,10 @@ def recipe_params(
     a change reruns nothing) and the recipe's name (``name``). ``sections``: only these
     top-level sections (a rule that reads no more, such as the batch audit). On a run that
     trains from shards the loader workers are settings (:func:`trains_from_shards`). A run with
-    ``recipe: auto`` also gets ``explicit``: the dotted keys its overrides set, which its plan's
-    values never replace (:func:`asrflow.recipe.plan.apply_plan`)."""
+    ``recipe: auto``, or one that takes its model from its ``init`` package, also gets
+    ``explicit``: the dotted keys its overrides set, which neither its plan's values
+    (:func:`asrflow.recipe.plan.apply_plan`) nor the package's model keys
+    (:func:`asrflow.recipe.inherit.inherit_architecture`) replace."""
     recipe = run_recipe(config, name, smoke=smoke)
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     sharded = trains_from_shards(config, name)
@@ -176,8 +207,11 @@ def recipe_params(
         "operational": Operational(operational),
         "name": run(config, name)["recipe"],
     }
-    if is_auto(run(config, name)["recipe"]):
-        # the keys this job's overrides set: a plan's value never replaces one
+    if is_auto(run(config, name)["recipe"]) or takes_package_architecture(
+        run(config, name).get("init")
+    ):
+        # the keys this job's overrides set: neither a plan's value nor the starting package's
+        # model keys (asrflow.recipe.inherit) replace one
         params["explicit"] = explicit_keys(overrides)
     return params
 
@@ -189,14 +223,20 @@ def plan_inputs(config: Config, name: str) -> dict[str, str]:
 
 def plan_params(config: Config, name: str) -> dict[str, Any]:
     """What rule plan_run is given: the keys the run's overrides set (reported as overridden),
-    and whether all its train corpora are synthetic speech."""
+    whether all its train corpora are synthetic speech, and (``inherited``, only for a run
+    that has them) the model keys the run takes from its ``init`` package
+    (:mod:`asrflow.recipe.inherit`)."""
     r = run(config, name)
     corpora = run_corpora(config, name)
-    return {
+    params = {
         "recipe": r["recipe"],
         "explicit": explicit_keys(r["overrides"]),
         "synthetic": all(config["corpora"][c]["source"] == "synthetic" for c in corpora),
     }
+    if takes_package_architecture(r.get("init")):
+        # a fine-tuning run's model keys are its starting package's, not the plan's
+        params["inherited"] = list(ARCHITECTURE_KEYS)
+    return params
 
 
 def eval_params(config: Config) -> dict[str, Any]:

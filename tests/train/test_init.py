@@ -306,7 +306,9 @@ def test_reuse_tokenizer_without_a_config_is_an_error(fresh, source_pth, tmp_pat
 
 def test_init_config_reads_the_schema_defaults_and_refuses_bad_keys():
     cfg = InitConfig.from_dict(init({"model": "m.pth"}))
-    assert cfg == InitConfig("m.pth", include=("*",), exclude=(), reuse_tokenizer=False)
+    assert cfg == InitConfig(
+        "m.pth", include=("*",), exclude=(), architecture="package", reuse_tokenizer=False
+    )
     with pytest.raises(AsrflowError, match="unknown key"):
         InitConfig.from_dict({**init({"model": "m.pth"}), "inclde": ["x"]})
     with pytest.raises(AsrflowError, match="'model' is required"):
@@ -315,5 +317,52 @@ def test_init_config_reads_the_schema_defaults_and_refuses_bad_keys():
 
 def test_an_init_without_the_schema_defaults_is_refused_by_name():
     """The schema is the one source of the defaults: an unvalidated init is not guessed at."""
-    with pytest.raises(AsrflowError, match=r"exclude, reuse_tokenizer missing.*with_defaults"):
+    with pytest.raises(
+        AsrflowError, match=r"exclude, architecture, reuse_tokenizer missing.*with_defaults"
+    ):
         InitConfig.from_dict({"model": "m.pth", "include": ["*"]})
+
+
+def _espnet_exp_dir(model: torch.nn.Module, section: dict, directory: Path) -> Path:
+    """An ESPnet experiment directory as ``asr.sh`` leaves it: config.yaml (every parsed ASRTask
+    argument, training keys included) and valid.acc.ave.pth."""
+    from espnet2.tasks.asr import ASRTask
+
+    directory.mkdir(parents=True)
+    (directory / "model.yaml").write_text(yaml.safe_dump(section))
+    (directory / "tokens.txt").write_text("\n".join(TOKENS) + "\n")
+    argv = [
+        "--config",
+        str(directory / "model.yaml"),
+        "--token_list",
+        str(directory / "tokens.txt"),
+    ]
+    args = ASRTask.get_parser().parse_args([*argv, "--output_dir", str(directory)])
+    (directory / "config.yaml").write_text(yaml.safe_dump(vars(args)))
+    torch.save(model.state_dict(), directory / "valid.acc.ave.pth")
+    return directory
+
+
+def test_an_espnet_exp_dir_gives_its_architecture_to_a_recipe_of_another_width(models, tmp_path):
+    """Issue 32: a fine-tuning recipe need not repeat the starting model (here one of width 16,
+    the recipe's 8); the model built from the run's spec loads the exp dir's weights."""
+    from asrflow.train.spec import spec_from_inputs
+
+    exp = _espnet_exp_dir(models[0], TINY_CTC_MODEL, tmp_path / "exp/asr_train")
+    wide = {**TINY_CTC_MODEL, "encoder_conf": {**TINY_CTC_MODEL["encoder_conf"], "output_size": 8}}
+    recipe = {"settings": {**wide, "trainer": {"max_steps": 4}}, "operational": {}, "name": "r"}
+    recipe["explicit"] = ["trainer.max_steps"]
+    inputs = {"train_0": "t", "dev": "d", "bpe_model": "b", "tokens": "k"}
+    cfg = init({"model": str(exp)})
+    spec = spec_from_inputs("r", inputs, normalization={}, recipe=recipe, init=cfg)
+    model_keys = {k: v for k, v in spec.recipe.items() if k != "trainer"}
+    assert model_keys["encoder_conf"] == TINY_CTC_MODEL["encoder_conf"]
+    assert spec.architecture["from"] == str(exp / "config.yaml")
+    torch.manual_seed(4)
+    model = build_asr_model(model_keys, tmp_path / "built")
+    record = apply_init(model, cfg)
+    assert record["fresh_keys"] == 0 and record["loaded_keys"] == len(models[0].state_dict())
+    with pytest.raises(InitMismatch, match=r"encoder_conf\.output_size set by the run's overrides"):
+        apply_init(
+            build_asr_model(wide, tmp_path / "wide"), cfg, overridden=["encoder_conf.output_size"]
+        )

@@ -65,20 +65,30 @@ def inside(key: str, explicit: Iterable[str]) -> list[str]:
 
 
 def make_plan(
-    run: str, stats: CorpusStats, *, explicit: Iterable[str] = (), recipe: str = AUTO
+    run: str,
+    stats: CorpusStats,
+    *,
+    explicit: Iterable[str] = (),
+    recipe: str = AUTO,
+    inherited: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The plan of ``run``: the statistics, every rule's choice (with ``overridden_by`` when a
-    key of ``explicit``, the run's overrides as dotted keys, sets it), and ``values``: the
-    choices not overridden, nested as a recipe."""
-    explicit = sorted(explicit)
+    key of ``explicit``, the run's overrides as dotted keys, sets it, and ``from_package`` when
+    it lies under one of ``inherited``, the model keys a fine-tuning run takes from its starting
+    package: :mod:`asrflow.recipe.inherit`), and ``values``: the choices neither overrides.
+    nested as a recipe."""
+    explicit, inherited = sorted(explicit), sorted(inherited)
     rows, kept = [], []
     for c in choices(stats):
         by = overridden(c.key, explicit)
         row = {"key": c.key, "value": c.value, "reason": c.reason, "overridden_by": by}
         if inside(c.key, explicit):
             row["overridden_inside"] = inside(c.key, explicit)
+        package = by is None and overridden(c.key, inherited) is not None
+        if package:
+            row["from_package"] = True
         rows.append(row)
-        if by is None:
+        if by is None and not package:
             kept.append((c.key, c.value))
     return {
         "run": run,
@@ -97,7 +107,7 @@ def apply_plan(
     explicit = list(explicit)
     out = copy.deepcopy(dict(data))
     for c in plan["choices"]:
-        if overridden(c["key"], explicit) is not None:
+        if overridden(c["key"], explicit) is not None or c.get("from_package"):
             continue
         *parents, last = c["key"].split(".")
         node = out
@@ -164,6 +174,11 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
                 f"  {c['key']:<{width}}  (overridden by runs.{plan['run']}.overrides."
                 f"{c['overridden_by']}; the rule says {value}: {c['reason']})"
             )
+        elif c.get("from_package"):
+            lines.append(
+                f"  {c['key']:<{width}}  (the starting package's, init.model; the rule says "
+                f"{value}: {c['reason']})"
+            )
         else:
             lines.append(f"  {c['key']:<{width}}  {value}: {c['reason']}")
     return lines
@@ -186,6 +201,7 @@ def write_plan(
     synthetic: bool,
     explicit: Iterable[str],
     recipe: str = AUTO,
+    inherited: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Rule plan_run: the plan of ``run`` from its filtered train cuts, written to ``out``
     (unchanged content keeps the file as it was) and logged line by line."""
@@ -196,7 +212,7 @@ def write_plan(
     from asrflow.text import TextNormalization
 
     stats = train_stats(train_cuts, TextNormalization.from_dict(normalization), synthetic=synthetic)
-    plan = make_plan(run, stats, explicit=explicit, recipe=recipe)
+    plan = make_plan(run, stats, explicit=explicit, recipe=recipe, inherited=inherited)
     write_json(out, plan)
     log = logging.getLogger(__name__)
     for line in plan_lines(plan):

@@ -22,7 +22,8 @@ def plan_text(plan: Mapping[str, Any] | None) -> str | None:
     return " ".join(
         f"{c['key']}={_plain(c['value'])}"
         for c in plan.get("choices", [])
-        if not c.get("overridden_by") and not isinstance(c["value"], Mapping)
+        if not (c.get("overridden_by") or c.get("from_package"))
+        and not isinstance(c["value"], Mapping)
     )
 
 
@@ -36,6 +37,11 @@ def plan_lines(plans: Mapping[str, Mapping[str, Any]]) -> list[str]:
             if c.get("overridden_by"):
                 lines.append(
                     f"- `{c['key']}`: overridden (`runs.{run}.overrides.{c['overridden_by']}`); "
+                    f"the rule's {value}: {_md(c['reason'])}"
+                )
+            elif c.get("from_package"):
+                lines.append(
+                    f"- `{c['key']}`: the starting package's (`runs.{run}.init.model`); "
                     f"the rule's {value}: {_md(c['reason'])}"
                 )
             else:
@@ -65,7 +71,7 @@ def plans_html(plans: Mapping[str, Mapping[str, Any]]) -> str:
     for run, plan in plans.items():
         items = "".join(
             f"<li><code>{html.escape(c['key'])}</code> = {html.escape(_plain(c['value']))}"
-            + (" (overridden)" if c.get("overridden_by") else "")
+            + (" (overridden)" if c.get("overridden_by") or c.get("from_package") else "")
             + f": {html.escape(c['reason'])}</li>"
             for c in plan.get("choices", [])
         )

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INIT_KEYS = ("model", "include", "exclude", "reuse_tokenizer")
+INIT_KEYS = ("model", "include", "exclude", "architecture", "reuse_tokenizer")
 """The keys of ``runs.<run>.init``."""
 
 
@@ -54,6 +54,9 @@ class InitConfig:
     model: str
     include: tuple[str, ...]
     exclude: tuple[str, ...]
+    architecture: str
+    """``package`` or ``recipe``: where the model's keys came from
+    (:mod:`asrflow.recipe.inherit`)."""
     reuse_tokenizer: bool
 
     @classmethod
@@ -76,6 +79,7 @@ class InitConfig:
             model=str(d["model"]),
             include=tuple(d["include"]),
             exclude=tuple(d["exclude"]),
+            architecture=str(d["architecture"]),
             reuse_tokenizer=bool(d["reuse_tokenizer"]),
         )
 
@@ -127,8 +131,11 @@ def check_fit(
     selected: Sequence[str],
     cfg: InitConfig,
     weights: Path,
+    overridden: Sequence[str] = (),
 ) -> None:
     """Raise :class:`InitMismatch` unless the ``selected`` keys of ``state`` fit ``target``.
+    ``overridden``: the model keys the run's overrides set over the package's (when the model
+    is the package's, ``init.architecture: package``): the error names them as the likely cause.
 
     Three ways not to fit, all listed (a few keys of each, with shapes): a selected key the
     model lacks; a selected key whose shape differs; a model key that the include/exclude
@@ -160,21 +167,38 @@ def check_fit(
             f"{list(cfg.exclude)} that the file lacks: {_listing(keys)}"
         )
     differing = _prefixes([*unexpected, *misshaped, *missing])
+    if cfg.architecture != "package":
+        cause = "or make the recipe's model section match the one the weights were trained with"
+    elif overridden:
+        cause = (
+            "or drop the override that changes the shape: the model is the package's, with "
+            f"{', '.join(overridden)} set by the run's overrides"
+        )
+    else:
+        cause = (
+            "or give the package the config.yaml its weights were trained with: the model is "
+            "built from that config"
+        )
     raise InitMismatch(
         f"init: {weights} (init.model {cfg.model!r}) does not fit the run's model: "
         + "; ".join(problems)
         + f". Exclude the keys that differ in the run's init.exclude (they start with "
-        f"{differing}; another vocabulary needs exclude: [ctc.*, decoder.*]) or make the "
-        "recipe's model section match the one the weights were trained with"
+        f"{differing}; another vocabulary needs exclude: [ctc.*, decoder.*]) {cause}"
     )
 
 
 def apply_init(
-    model: torch.nn.Module, init_cfg: Mapping[str, Any], *, tokens: Pathlike | None = None
+    model: torch.nn.Module,
+    init_cfg: Mapping[str, Any],
+    *,
+    tokens: Pathlike | None = None,
+    overridden: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Load ``init_cfg``'s weights into ``model`` (in place) and return the record of it.
 
-    ``tokens`` is the run's ``tokens.txt``, needed when ``reuse_tokenizer`` is true. The record:
+    ``tokens`` is the run's ``tokens.txt``, needed when ``reuse_tokenizer`` is true;
+    ``overridden``: the package's model keys the run's overrides set (:func:`check_fit`). The
+    record:
     ``model``, ``weights`` (the file), ``weights_sha256``, ``loaded_keys``, ``skipped_keys``
     (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
     ``exclude``, ``reuse_tokenizer``.
@@ -189,7 +213,7 @@ def apply_init(
     state = load_model_state(weights)
     selected, skipped = _select(state, cfg, weights)
     target = model.state_dict()
-    check_fit(state, target, selected, cfg, weights)
+    check_fit(state, target, selected, cfg, weights, overridden)
     loaded = _load_selected(model, state, selected, weights)
     chosen_keys = set(selected)
     fresh = [k for k in loaded if k not in chosen_keys]

@@ -71,7 +71,10 @@ def build_trainer_parts(
     norm = TextNormalization.from_dict(spec.normalization)
     encoder = TokenEncoder(spec.bpe_model, spec.tokens, norm)
     model, args = build_model(recipe.model, spec.tokens, spec.bpe_model)
-    init = apply_init(model, spec.init, tokens=spec.tokens) if spec.init else None
+    init = None
+    if spec.init:
+        overridden = (spec.architecture or {}).get("overridden", ())
+        init = apply_init(model, spec.init, tokens=spec.tokens, overridden=overridden)
 
     dataset = AsrDataset(encoder, sample_rate=model_sample_rate(args.frontend_conf))
     loaders = _loaders(spec, recipe, dataset, world_size=world_size, rank=rank)

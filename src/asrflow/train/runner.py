@@ -169,6 +169,8 @@ def _first_summary(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
         "effective_batch_seconds": effective_batch_seconds(recipe),
         "hashes": _hashes(spec, recipe),
         "init": dict(spec.init) if spec.init else None,
+        # init.architecture: package: the config its model keys came from
+        "architecture": dict(spec.architecture) if spec.architecture else None,
         "host": platform.node(),
     }
 

@@ -11,6 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from asrflow.recipe.inherit import (
+    inherit_architecture,
+    takes_package_architecture,
+)
 from asrflow.recipe.plan import apply_plan, read_plan
 from asrflow.train.mappings import deep_merge
 from asrflow.train.recipe import Recipe, load_recipe, read_recipe_yaml
@@ -43,6 +47,10 @@ class RunSpec:
     plan: Mapping[str, Any] | None = None
     """The run's plan (``recipe: auto``; :mod:`asrflow.recipe.plan`), already merged into
     ``recipe``: kept for the summary, which records every derived value with its reason."""
+    architecture: Mapping[str, Any] | None = None
+    """Where the model's keys came from when ``init`` takes them from its package
+    (:func:`asrflow.recipe.inherit.inherit_architecture`'s record, already merged into
+    ``recipe``): kept for the summary and for the error of weights that do not fit."""
     train_shards: Sequence[Pathlike] = field(default_factory=list)
     """Shard directories of the train corpora (``corpora.<c>.shards``), one per corpus of
     ``train_cuts`` when set: training then reads the audio from them
@@ -83,17 +91,26 @@ def spec_from_inputs(
     """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``shards_0..n`` for sharded
     corpora, ``dev``, ``bpe_model``, ``tokens``) and its recipe params
     (:func:`asrflow.runs.recipe_params`); with ``plan`` (``recipe: auto``) the plan's values
-    merged over the recipe's, under the keys its overrides set (``recipe["explicit"]``)."""
+    merged over the recipe's, and with an ``init`` that takes the package's architecture the
+    package's model keys in place of the recipe's; neither under the keys the overrides set
+    (``recipe["explicit"]``)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     shards = {int(k.split("_")[1]): str(v) for k, v in inputs.items() if k.startswith("shards_")}
     data = deep_merge(recipe["settings"], recipe["operational"])
+    explicit = list(recipe.get("explicit", ()))
+    init = extra.get("init")
+    inherits = takes_package_architecture(init)
     plan = read_plan(inputs["plan"]) if inputs.get("plan") else None
-    if plan is not None:
-        data = apply_plan(data, plan, recipe.get("explicit", ()))
+    if plan is not None:  # its from_package choices are left to inherit_architecture
+        data = apply_plan(data, plan, explicit)
+    architecture = None
+    if inherits:
+        data, architecture = inherit_architecture(data, init["model"], explicit)
     return RunSpec(
         name=name,
         recipe=data,
         plan=plan,
+        architecture=architecture,
         recipe_name=recipe["name"],
         train_cuts=train,
         dev_cuts=str(inputs.get("dev", "")),  # the batch audit reads no dev cuts
