@@ -26,6 +26,7 @@ localrules:
     plan_run,
     word_lm,
     select_model,
+    publish_selected,
     plot_learning_curves,
     plot_slices,
     report,

@@ -10,6 +10,7 @@ from asrflow.artifacts import BASELINE, is_average
 from asrflow.data.audio_state import refresh_audio_state
 from asrflow.errors import AsrflowError
 from asrflow.params import canonical
+from asrflow.lineage import with_init_runs
 from asrflow.replicas import expand_replicas, replica_runs
 from asrflow.settings import config_error_message
 from asrflow.train.recipe import AUDIT_SECTIONS
@@ -29,6 +30,8 @@ try:
     validate(config, "../config/config.schema.yaml")
     # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
     config.update(expand_replicas(config))
+    # init: {run: <parent>} starts from the parent's selected package (asrflow.lineage)
+    config.update(with_init_runs(config))
     layout.check_config(config)
     # every run's recipe and overrides, so that a bad one stops here naming the run and the file
     runs.check_recipes(config)
@@ -311,6 +314,11 @@ def run_validation_reports(wildcards):
 def eval_slice_fields(wildcards):
     """The fields an eval set's figures are broken down by (its corpus's slice_fields)."""
     return layout.slice_fields(config, wildcards.eval_set)
+
+
+def run_exports(wildcards):
+    """Every package a run exports (one per artifact): what its selection chooses among."""
+    return [layout.export_dir(wildcards.run, a) for a in runs.run_artifacts(config, wildcards.run)]
 
 
 def dev_evaluations(wildcards):

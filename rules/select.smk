@@ -21,3 +21,20 @@ rule select_model:
         test_sets=run_held_out_test_sets,
     script:
         "../scripts/select_model.py"
+
+
+# What a run with init: {run: <run>} starts from: a copy of the chosen package, as plain files
+# (asrflow.select.publish), so that a selection that comes out the same retrains no child.
+rule publish_selected:
+    input:
+        selected=layout.selected_file("{run}"),
+        packages=run_exports,
+    output:
+        package=layout.selected_package_files("{run}"),
+        record=layout.prov(layout.selected_package("{run}")),
+    log:
+        layout.log("publish_selected", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    script:
+        "../scripts/publish_selected.py"

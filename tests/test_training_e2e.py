@@ -585,6 +585,45 @@ def test_a_new_run_on_a_trained_corpus_reruns_none_of_the_jobs_before_it(trained
         assert {j.split("[")[0] for j in jobs - new} <= {"report", "plot_differences"}, jobs
 
 
+def test_a_child_run_fine_tunes_its_parents_selected_model_and_follows_it(trained, tmp_path):
+    """Issue 32: `init: {run: tiny_ctc}` starts from the package tiny_ctc's selection chose (a DAG
+    edge through rule publish_selected), with the model that package describes; a republished
+    parent that comes out byte-identical retrains nothing; another chosen model does."""
+    workdir = _private_copy(trained, tmp_path)
+    config = workdir / "config.yaml"
+    cfg = yaml.safe_load(config.read_text())
+    cfg["runs"]["child"] = {
+        **cfg["runs"]["tiny_ctc"],
+        "init": {"run": "tiny_ctc"},
+        "overrides": {"trainer": {"max_steps": 8, "val_check_interval": 4}},
+    }
+    config.write_text(yaml.safe_dump(cfg))
+    summary_file = "results/runs/child/train/summary.json"
+    jobs = dry_run(workdir, summary_file)
+    assert "publish_selected[run=tiny_ctc]" in {j.replace(" ", "") for j in jobs}, jobs
+    assert not any("run=tiny_ctc" in j for j in jobs if not j.startswith("publish")), jobs
+    snakemake(workdir, summary_file)
+    selected = json.loads((workdir / "results/runs/tiny_ctc/selected.json").read_text())
+    summary = json.loads((workdir / summary_file).read_text())
+    assert summary["status"] == "completed", summary
+    assert summary["init"]["run"] == "tiny_ctc"
+    assert summary["init"]["model"] == "results/runs/tiny_ctc/selected"
+    assert summary["init"]["package"]["artifact"] == selected["selected"]
+    assert summary["init"]["package"]["provenance"], summary["init"]["package"]
+    assert summary["init"]["fresh_keys"] == 0, summary["init"]
+    assert summary["architecture"]["from"] == "results/runs/tiny_ctc/selected/config.yaml"
+    assert summary["steps"] == 8
+    # the parent republished with the same bytes: nothing of the child reruns
+    snakemake(workdir, "--forcerun", "publish_selected", "results/runs/tiny_ctc/selected/model.pth")
+    assert dry_run(workdir, summary_file) == set()
+    # the parent retrains (its own override changed): its new selection reaches the child
+    cfg["runs"]["tiny_ctc"]["overrides"] = {"trainer": {"seed": 1}}
+    config.write_text(yaml.safe_dump(cfg))
+    jobs = dry_run(workdir, summary_file)
+    for job in ("train[run=tiny_ctc]", "publish_selected[run=tiny_ctc]", "train[run=child]"):
+        assert job in jobs, jobs
+
+
 def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     """Issue 11's headline: an lr change on a finished run trained 0 steps and relabelled the old
     weights. Now the run trains anew, and its summary, exports and report rows carry the new

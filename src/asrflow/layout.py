@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.export.find import PACKAGE_FILES
 from asrflow.recipe.plan import AUTO_BASE, is_auto
 
 RESULTS = "results"
@@ -173,6 +174,18 @@ def eval_file(run: str, artifact: str, eval_set: str, name: str) -> str:
 def selected_file(run: str) -> str:
     """The run's choice on dev: ``results/runs/<run>/selected.json``."""
     return run_file(run, "selected.json")
+
+
+def selected_package(run: str) -> str:
+    """A copy of the package the run's selection chose: ``results/runs/<run>/selected/``, what
+    a run with ``init: {run: <run>}`` starts from."""
+    return run_file(run, "selected")
+
+
+def selected_package_files(run: str) -> list[str]:
+    """The files of :func:`selected_package` (plain files, so that a copy that comes out
+    byte-identical reruns nothing: Snakemake compares their checksums)."""
+    return [f"{selected_package(run)}/{name}" for name in PACKAGE_FILES]
 
 
 def report_file(*parts: str) -> str:

@@ -20,7 +20,7 @@ from asrflow.artifacts import artifact_names, average_name
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.scoring import SCORING_VERSION
 from asrflow.evaluate.versions import DECODER_VERSION
-from asrflow.export.find import find_config, model_sample_rate, tracked_weights
+from asrflow.export.find import PACKAGE_FILES, find_config, model_sample_rate, tracked_weights
 from asrflow.layout import (
     Config,
     dev_set,
@@ -30,6 +30,7 @@ from asrflow.layout import (
     run,
     run_corpora,
     run_dev_corpus,
+    selected_package_files,
     sharded_corpora,
 )
 from asrflow.params import Operational
@@ -167,12 +168,19 @@ def trains_from_shards(config: Config, name: str) -> bool:
 
 def init_inputs(config: Config, name: str) -> dict[str, str]:
     """The files a fine-tuning run starts from, as rule inputs: ``init_weights`` (the weights
-    of ``init.model``, or the path as given when another rule makes it) and, when its model is
+    of ``init.model``, or the path as given when another rule makes it; for ``init.run`` the
+    parent's :func:`~asrflow.layout.selected_package`) and, when its model is
     the package's (:mod:`asrflow.recipe.inherit`), ``init_config``: the package's config.yaml,
     so that an edited architecture reruns the run. ``{}`` for a run from scratch."""
     init = run(config, name).get("init")
     if not init:
         return {}
+    if init.get("run"):  # the parent's published package (rule publish_selected)
+        files = dict(zip(PACKAGE_FILES, selected_package_files(init["run"]), strict=True))
+        inputs = {"init_weights": files["model.pth"]}
+        if takes_package_architecture(init):
+            inputs["init_config"] = files["config.yaml"]
+        return inputs
     inputs = {"init_weights": tracked_weights(init["model"])}
     if takes_package_architecture(init) and Path(init["model"]).exists():
         config_yaml = find_config(init["model"])
@@ -260,11 +268,14 @@ def eval_params(config: Config) -> dict[str, Any]:
 
 
 def has_baseline(config: Config, name: str) -> bool:
-    """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package
-    or an ESPnet model directory) has a ``baseline`` artifact: its start weights."""
+    """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package,
+    another run's selected package or an ESPnet model directory) has a ``baseline`` artifact:
+    its start weights."""
     init = run(config, name).get("init")  # no default: a run without init starts from scratch
     if not init:
         return False
+    if init.get("run"):
+        return True  # another run's selected package: it has its config.yaml
     try:
         return find_config(init["model"]) is not None
     except AsrflowError:

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 PACKAGE_MANIFEST = "package.json"
 """asrflow's exported package (:mod:`asrflow.export.package`): ``files`` maps each file name to
 its SHA-256; the one ``.pth`` among them is the weights, checked against its digest."""
+PACKAGE_CONTENTS = ("config.yaml", "model.pth", "bpe.model", "tokens.txt")
+"""The files of a package whose SHA-256 its manifest records (everything but itself)."""
+PACKAGE_FILES = (*PACKAGE_CONTENTS, PACKAGE_MANIFEST)
+"""Every file of an exported package: what ``publish_selected`` copies for a child run."""
 MANIFESTS = ("meta.yaml", "meta.yml")
 """ESPnet's ``pack`` manifest: ``files.asr_model_file`` and ``yaml_files.asr_train_config``,
 relative to the package directory."""

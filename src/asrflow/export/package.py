@@ -61,6 +61,7 @@ from asrflow.export.espnet_model import (
     espnet_config,
     yaml_text,
 )
+from asrflow.export.find import PACKAGE_CONTENTS, PACKAGE_MANIFEST
 from asrflow.hashing import sha256_file
 from asrflow.io import dumps_json, is_write_failure, publish_dir, write_failed
 from asrflow.tokens import TokenEncoder
@@ -72,13 +73,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEMA = "asrflow.package/1"
-CONFIG = "config.yaml"
-MODEL = "model.pth"
-BPE_MODEL = "bpe.model"
-TOKENS = "tokens.txt"
-MANIFEST = "package.json"
-FILES = (CONFIG, MODEL, BPE_MODEL, TOKENS)
+FILES = CONFIG, MODEL, BPE_MODEL, TOKENS = PACKAGE_CONTENTS
 """The files whose SHA-256 ``package.json`` records (everything but itself)."""
+MANIFEST = PACKAGE_MANIFEST
 
 VERSIONED_PACKAGES = ("espnet", "torch", "sentencepiece")
 

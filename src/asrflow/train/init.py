@@ -25,6 +25,7 @@ imports torch lazily, to load them.
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError
-from asrflow.export.find import check_token_list, find_weights, package_weights
+from asrflow.export.find import (
+    PACKAGE_MANIFEST,
+    check_token_list,
+    find_weights,
+    package_weights,
+)
 from asrflow.hashing import sha256_file
 from asrflow.types import Pathlike
 
@@ -43,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INIT_KEYS = ("model", "include", "exclude", "architecture", "reuse_tokenizer")
-"""The keys of ``runs.<run>.init``."""
+"""The keys of ``runs.<run>.init`` (besides ``run``, which the config resolves to ``model``)."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,12 @@ class InitConfig:
     """``package`` or ``recipe``: where the model's keys came from
     (:mod:`asrflow.recipe.inherit`)."""
     reuse_tokenizer: bool
+    run: str | None = None
+    """``init.run``: the run whose selected package ``model`` is (``None``: a path given)."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> InitConfig:
-        unknown = set(d) - set(INIT_KEYS)
+        unknown = set(d) - {*INIT_KEYS, "run"}
         if unknown:
             raise AsrflowError(
                 f"init: unknown key(s) {', '.join(sorted(unknown))}; "
@@ -81,6 +89,7 @@ class InitConfig:
             exclude=tuple(d["exclude"]),
             architecture=str(d["architecture"]),
             reuse_tokenizer=bool(d["reuse_tokenizer"]),
+            run=d.get("run"),
         )
 
 
@@ -201,7 +210,8 @@ def apply_init(
     record:
     ``model``, ``weights`` (the file), ``weights_sha256``, ``loaded_keys``, ``skipped_keys``
     (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
-    ``exclude``, ``reuse_tokenizer``.
+    ``exclude``, ``reuse_tokenizer``, and the lineage: ``run`` (``init.run``) and ``package``
+    (:func:`_package_lineage`).
     """
     cfg = InitConfig.from_dict(init_cfg)
     weights = find_weights(cfg.model)
@@ -227,6 +237,9 @@ def apply_init(
         "include": list(cfg.include),
         "exclude": list(cfg.exclude),
         "reuse_tokenizer": cfg.reuse_tokenizer,
+        # the lineage: the parent run, and what an asrflow package says it was made from
+        "run": cfg.run,
+        "package": _package_lineage(Path(cfg.model)),
     }
     numel = sum(state[k].numel() for k in selected)
     log.info(
@@ -243,6 +256,21 @@ def apply_init(
         _prefixes(fresh),
     )
     return record
+
+
+def _package_lineage(model: Path) -> dict[str, Any] | None:
+    """What an asrflow package's ``package.json`` records of its making: the artifact, its
+    source checkpoint's SHA-256 and the provenance (data, config, code and environment hashes);
+    ``None`` for another kind of model."""
+    manifest = model / PACKAGE_MANIFEST
+    if not manifest.is_file():
+        return None
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    return {
+        "artifact": data.get("artifact"),
+        "source_sha256": (data.get("source") or {}).get("sha256"),
+        "provenance": data.get("provenance"),
+    }
 
 
 def _checked_digest(cfg: InitConfig, weights: Path) -> str:
