@@ -159,8 +159,8 @@ def run_train_inputs(wildcards):
 
 
 def init_tokenizer_inputs(wildcards):
-    """What rule init_tokenizer reads (tokenizer: init): the starting model (its config.yaml)
-    and the run's filtered splits, whose text it checks the tokenizer can spell."""
+    """What init_tokenizer reads for a run with tokenizer init: the starting model (its
+    config.yaml) and the run's filtered splits, whose text it checks the tokenizer can spell."""
     run = wildcards.run
     inputs = {"model": runs.init_tokenizer_model(config, run)}
     for i, corpus in enumerate(layout.run_corpora(config, run)):

@@ -162,3 +162,44 @@ def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
     assert lines[-1] == (
         "Mean over 2 fold(s) of the selected artifact: dev 10.00 %, held-out speaker 20.00 %."
     )
+
+
+def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fold(
+    tmp_path: Path,
+) -> None:
+    from asrflow import config_check, layout
+    from asrflow.lineage import with_init_runs
+    from asrflow.settings import with_defaults
+
+    bench = load_bench(REPO / "bench/fine_tuning.py")
+    if not bench.FSDD.is_file():
+        pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    args = bench.arguments(["--work", str(tmp_path), "--fold", "lucas"])
+    config = bench.project(args, tmp_path)
+    assert list(config["runs"]) == ["base", "scratch", "full", "frozen", "lora"]
+    assert config["runs"]["lora"]["init"]["adapter"]["rank"] == 8
+    assert "init" not in config["runs"]["scratch"]
+    assert set(config["corpora"]) == {"demo", "fsdd_lucas_devtakes"}
+    # the config the workflow would check: every run resolves, the children take base's model
+    full = with_defaults(config)  # as rules/common.smk completes it
+    full = with_defaults({**full, **layout.with_default_tokenizers(full)})
+    full = {**full, **with_init_runs(full)}
+    config_check.check_config(full)
+    assert full["runs"]["full"]["tokenizer"] == "init"
+    assert full["runs"]["scratch"]["tokenizer"] == "fsdd_lucas_devtakes_auto"
+    row = {
+        "run": "lora", "init": bench.WAYS["lora"], "status": "completed", "steps": 2000,
+        "peak_lr": 1.667e-4, "trainable_parameters": 12345, "export_bytes": 2_900_000,
+        "wall_seconds": 300, "cpu_seconds": 540, "selected": "valid.loss.best",
+        "dev": {"wer": 0.05, "ci": [0.03, 0.07]}, "test": {"wer": 0.2, "ci": [0.15, 0.25]},
+    }  # fmt: skip
+    result = {
+        "machine": {"cpu": "Test CPU", "threads": 2}, "date": "2026-01-02", "commit": "abc",
+        "settings": {"fold": "lucas", "dev": "takes", "base_override": []}, "rows": [row],
+    }  # fmt: skip
+    table = bench.markdown(result)
+    assert "| lora | freeze" not in table
+    assert (
+        "| 5.00 % [3.00, 7.00] | 20.00 % [15.00, 25.00] | 12,345 | 2.90 | 0.000167 | 5.0, 9.0 |"
+        in (table)
+    )

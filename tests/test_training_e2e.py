@@ -633,6 +633,45 @@ def test_a_child_run_fine_tunes_its_parents_selected_model_and_follows_it(traine
         assert job in jobs, jobs
 
 
+def test_a_lora_child_exports_a_plain_package_that_evaluates(trained, tmp_path):
+    """Issue 32: a child with init.adapter trains only its LoRA pairs; its export is the merged
+    model as a plain ESPnet package, which the evaluation loads with Speech2Text in bf16."""
+    import torch
+
+    workdir = _private_copy(trained, tmp_path)
+    config = workdir / "config.yaml"
+    cfg = yaml.safe_load(config.read_text())
+    parent = {k: v for k, v in cfg["runs"]["tiny_ctc"].items() if k != "tokenizer"}
+    cfg["runs"]["lora"] = {
+        **parent,
+        "init": {"run": "tiny_ctc", "adapter": {"rank": 2, "alpha": 4}},
+        "overrides": {"trainer": {"max_steps": 8, "val_check_interval": 4}},
+    }
+    config.write_text(yaml.safe_dump(cfg))
+    evaluation = "results/runs/lora/eval/last/tiny.dev/summary.json"
+    snakemake(workdir, evaluation)
+    summary = json.loads((workdir / "results/runs/lora/train/summary.json").read_text())
+    init = summary["init"]
+    assert init["adapter"]["rank"] == 2 and init["adapted_modules"] == 2, init  # one block: q, v
+    assert summary["trainable_parameters"] == init["adapter_parameters"] > 0, summary
+    assert summary["trainable_parameters"] < summary["num_parameters"] / 5, summary
+    package = workdir / "results/runs/lora/export/last"
+    weights = torch.load(package / "model.pth", weights_only=True)
+    assert not any("lora" in k for k in weights), sorted(weights)[:5]
+    parent_weights = torch.load(
+        workdir / "results/runs/tiny_ctc/selected/model.pth", weights_only=True
+    )
+    assert set(weights) == set(parent_weights)
+    # BatchNorm's running statistics are buffers: they follow the new data in train mode
+    # (as with ESPnet's freeze_param); every parameter but the adapted ones is the parent's
+    buffers = ("running_mean", "running_var", "num_batches_tracked")
+    moved = [k for k in weights if not torch.equal(weights[k], parent_weights[k])]
+    params = [k for k in moved if not k.endswith(buffers)]
+    assert params and all(k.endswith(("linear_q.weight", "linear_v.weight")) for k in params)
+    scored = json.loads((workdir / evaluation).read_text())
+    assert scored["utterances_scored"] == scored["utterances_total"] > 0, scored
+
+
 def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     """Issue 11's headline: an lr change on a finished run trained 0 steps and relabelled the old
     weights. Now the run trains anew, and its summary, exports and report rows carry the new

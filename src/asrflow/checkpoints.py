@@ -28,6 +28,14 @@ mid-write) has no zip directory at its end and is refused the same way, with
 :class:`DamagedCheckpoint` naming it. Files in PyTorch's old, non-zip format are left to
 ``torch.load``.
 
+Why LoRA is merged here. A run with ``init.adapter`` trains low-rank adapters beside frozen
+linear layers (:mod:`asrflow.train.adapters`); its checkpoints hold, for each adapted layer,
+``<layer>.weight``, ``<layer>.lora_A``, ``<layer>.lora_B`` and ``<layer>.lora_scaling``.
+:func:`read_model_state` returns the model they compute, ``weight + scaling * B @ A``, as a
+plain state dict (:func:`merge_lora`), so averaging averages the models (not the two factors
+apart, whose product would be another model), and the export is a plain ESPnet package that
+``Speech2Text`` loads.
+
 Example::
 
     state, fmt = read_model_state("results/runs/r1/checkpoints/last.ckpt")   # fmt "lightning"
@@ -214,11 +222,40 @@ def read_model_state(path: Pathlike) -> tuple[dict[str, torch.Tensor], str]:
     if isinstance(obj.get("state_dict"), Mapping):
         lightning = obj["state_dict"]
         _checked_state(lightning, path, "Lightning state_dict")
-        return _strip_lightning_prefix(lightning, path), "lightning"
+        return merge_lora(_strip_lightning_prefix(lightning, path), path), "lightning"
     if isinstance(obj.get("model"), Mapping):
         where = "'model' entry of ESPnet's checkpoint"
         return _checked_state(obj["model"], path, where), "espnet_checkpoint"
     return _checked_state(obj, path, "state dict"), "state_dict"
+
+
+LORA_KEYS = ("lora_A", "lora_B", "lora_scaling")
+"""The entries of a LoRA-adapted linear layer beside its ``weight`` (:func:`merge_lora`)."""
+
+
+def merge_lora(state: Mapping[str, torch.Tensor], path: Pathlike = "") -> dict[str, torch.Tensor]:
+    """``state`` with every LoRA-adapted linear layer merged: ``weight + scaling * B @ A``
+    (loralib's ``Linear``: ``A`` is rank x in, ``B`` out x rank), computed in float64 and
+    stored in the weight's dtype, and the :data:`LORA_KEYS` entries dropped. A state without
+    adapters is returned as it is."""
+    prefixes = [k[: -len(".lora_A")] for k in state if k.endswith(".lora_A")]
+    if not prefixes:
+        return dict(state)
+    out = dict(state)
+    for prefix in prefixes:
+        names = [f"{prefix}.{k}" for k in ("weight", *LORA_KEYS)]
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise AsrflowError(
+                f"{path}: LoRA layer {prefix!r} lacks {', '.join(missing)}; the checkpoint was "
+                "not written by asrflow's training with init.adapter"
+            )
+        weight, a, b, scaling = (state[n] for n in names)
+        delta = (b.double() @ a.double()) * float(scaling)
+        out[names[0]] = (weight.double() + delta).to(weight.dtype)
+        for name in names[1:]:
+            del out[name]
+    return out
 
 
 def read_training_checkpoint(path: Pathlike) -> dict[str, Any]:

@@ -313,6 +313,7 @@ def test_init_config_reads_the_schema_defaults_and_refuses_bad_keys():
         architecture="package",
         reuse_tokenizer=False,
         freeze=(),
+        adapter=None,
     )
     with pytest.raises(AsrflowError, match="unknown key"):
         InitConfig.from_dict({**init({"model": "m.pth"}), "inclde": ["x"]})

@@ -43,6 +43,7 @@ from asrflow.export.find import (
     read_token_list,
 )
 from asrflow.hashing import sha256_file
+from asrflow.train.adapters import trainable
 from asrflow.types import Pathlike
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ fine-tuning guidance, which our users follow (a new output layer learns from the
 alone)."""
 
 INIT_KEYS = ("model", "include", "exclude", "architecture", "reuse_tokenizer", "freeze")
-"""The keys of ``runs.<run>.init`` (besides ``run``, which the config resolves to ``model``)."""
+"""The keys of ``runs.<run>.init`` the schema fills (besides ``run``, which the config resolves
+to ``model``, and ``adapter``, which has no default)."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,16 @@ class InitConfig:
     (:mod:`asrflow.recipe.inherit`)."""
     reuse_tokenizer: bool
     freeze: tuple[str, ...]
-    """Parameters that keep their starting values (:func:`freeze`)."""
+    """Parameters that keep their starting values (:func:`asrflow.train.adapters.freeze`)."""
+    adapter: Mapping[str, Any] | None
+    """LoRA adapters and what they leave trainable (:mod:`asrflow.train.adapters`); ``None``
+    when left out (the schema has no default for it)."""
     run: str | None = None
     """``init.run``: the run whose selected package ``model`` is (``None``: a path given)."""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> InitConfig:
-        unknown = set(d) - {*INIT_KEYS, "run"}
+        unknown = set(d) - {*INIT_KEYS, "run", "adapter"}
         if unknown:
             raise AsrflowError(
                 f"init: unknown key(s) {', '.join(sorted(unknown))}; "
@@ -102,6 +107,7 @@ class InitConfig:
             architecture=str(d["architecture"]),
             reuse_tokenizer=bool(d["reuse_tokenizer"]),
             freeze=tuple(d["freeze"]),
+            adapter=d.get("adapter"),
             run=d.get("run"),
         )
 
@@ -224,7 +230,8 @@ def apply_init(
     ``model``, ``weights`` (the file), ``weights_sha256``, ``loaded_keys``, ``skipped_keys``
     (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
     ``exclude`` (with the output layers a new token list starts fresh), ``reuse_tokenizer``,
-    ``vocabulary`` (:func:`vocabulary`), what :func:`freeze` froze, and the lineage: ``run``
+    ``vocabulary`` (:func:`vocabulary`), what trains (adapters and frozen parameters:
+    :func:`asrflow.train.adapters.trainable`), and the lineage: ``run``
     (``init.run``) and ``package`` (:func:`_package_lineage`).
     """
     cfg = InitConfig.from_dict(init_cfg)
@@ -256,7 +263,7 @@ def apply_init(
         "run": cfg.run,
         "package": _package_lineage(Path(cfg.model)),
         "vocabulary": vocab,
-        **freeze(model, cfg.freeze),
+        **trainable(model, cfg.adapter, cfg.freeze, fresh),
     }
     numel = sum(state[k].numel() for k in selected)
     log.info(
@@ -304,47 +311,6 @@ def vocabulary(cfg: InitConfig, tokens: Pathlike | None) -> tuple[dict[str, Any]
     )
     extra = tuple(p for p in OUTPUT_LAYERS if not _matches(p.replace("*", "weight"), cfg.exclude))
     return {**record, "output_layers": "fresh"}, replace(cfg, exclude=cfg.exclude + extra)
-
-
-def frozen(name: str, patterns: Sequence[str]) -> bool:
-    """Whether parameter ``name`` is frozen by ``patterns``: one matches it (fnmatch) or is a
-    module prefix of it (``encoder`` freezes ``encoder.embed.conv.0.weight``, as ESPnet's
-    ``--freeze_param`` does)."""
-    return any(fnmatch.fnmatchcase(name, p) or name.startswith(f"{p}.") for p in patterns)
-
-
-def freeze(model: torch.nn.Module, patterns: Sequence[str]) -> dict[str, Any]:
-    """Stop the gradient of the parameters ``patterns`` name (:func:`frozen`), after the start
-    weights are loaded. Returns the record for the summary: ``freeze`` (the patterns),
-    ``frozen_tensors``, ``frozen_parameters`` and ``trainable_parameters``. A pattern that
-    matches no parameter is an error listing the model's top-level modules (a typo would
-    otherwise train everything)."""
-    named = dict(model.named_parameters())
-    unmatched = [p for p in patterns if not any(frozen(n, [p]) for n in named)]
-    if unmatched:
-        modules = ", ".join(dict.fromkeys(n.split(".", 1)[0] for n in named))
-        raise AsrflowError(
-            f"init.freeze: {', '.join(map(repr, unmatched))} match(es) no parameter of the "
-            f"run's model; its modules are {modules} (e.g. encoder, or encoder.encoders.0.*)"
-        )
-    count = 0
-    for name, param in named.items():
-        if frozen(name, patterns):
-            param.requires_grad_(False)
-            count += 1
-    n_frozen = sum(p.numel() for p in named.values() if not p.requires_grad)
-    n_all = sum(p.numel() for p in named.values())
-    if patterns:
-        log.info(
-            "init.freeze %s: %d tensors (%d of %d parameters) frozen, %d trainable",
-            list(patterns), count, n_frozen, n_all, n_all - n_frozen,
-        )  # fmt: skip
-    return {
-        "freeze": list(patterns),
-        "frozen_tensors": count,
-        "frozen_parameters": n_frozen,
-        "trainable_parameters": n_all - n_frozen,
-    }
 
 
 def _package_lineage(model: Path) -> dict[str, Any] | None:

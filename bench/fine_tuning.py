@@ -1,0 +1,231 @@
+"""Benchmark: fine-tuning the model you have, on real speech from speakers it never heard.
+
+A base model is trained on the synthetic demo corpus (eSpeak, 16 kHz; ``demo_conformer``, the
+README's main job). Then one fold of ``../shared/corpora/fsdd4`` (real recorded digits, 8 kHz:
+three speakers train, the fourth is the test set; :mod:`asrflow.corpus.folds`, as
+``bench/real_speech.py`` builds them) is learned four ways, each with ``recipe: auto`` and the
+same update budget (the plan's, from the fold's hours):
+
+- ``scratch``: from a fresh initialisation, the run's default tokenizer (what
+  ``bench/real_speech.py`` measures);
+- ``full``: ``init: {run: base}``: every weight trains, the base's tokenizer, the plan's
+  fine-tuning LR (:func:`asrflow.recipe.rules.fine_tuning`);
+- ``frozen``: the same with ``init.freeze: [frontend, normalize, encoder]`` (only the CTC output
+  layer trains);
+- ``lora``: the same with ``init.adapter`` (LoRA on the attention and feed-forward layers).
+
+Per run: the artifact ``select_model`` chose on dev, its WER with its 95 % interval on dev and on
+the held-out speaker, the trainable parameters, the exported ``model.pth`` size and the train
+job's wall and CPU time. Written to ``--out``/fine_tuning.json (machine, date, commit, command,
+settings, rows) and printed as a table::
+
+    uv run python bench/fine_tuning.py                     # ~40 min on 2 cores
+    uv run python bench/fine_tuning.py --table docs/figures/fine_tuning.json
+
+One seed and one fold: differences within the intervals mean nothing without seed replicas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from asrflow import layout
+from asrflow.corpus.folds import build_fold
+from asrflow.errors import AsrflowError
+from asrflow.io import dumps_json, read_json, write_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_speech import (  # a sibling script, not a package
+    FSDD,
+    RESOURCES,
+    SPEAKERS,
+    Names,
+    _interval,
+    _json,
+    _machine,
+    _wer,
+    fold_settings,
+    parse_overrides,
+    project_config,
+    run_snakemake,
+    train_benchmark,
+)
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+BASE = "base"
+DEMO = "demo"
+WAYS: dict[str, dict[str, Any] | None] = {
+    "scratch": None,
+    "full": {"run": BASE},
+    "frozen": {"run": BASE, "freeze": ["frontend", "normalize", "encoder"]},
+    "lora": {
+        "run": BASE,
+        "adapter": {"rank": 8, "alpha": 16, "targets": ["linear_q", "linear_v", "w_1", "w_2"]},
+    },
+}
+"""The runs on the fold, by their ``init`` (``None``: from scratch)."""
+
+
+def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """config.yaml: the demo corpus and base run as config/config.yaml has them, one fold of
+    fsdd4, and a run on it for each of :data:`WAYS`."""
+    shipped = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))
+    fold = build_fold(args.source, work / "folds" / args.fold, fold_settings(args, args.fold))
+    names = Names(args.fold, args.dev)
+    config = project_config(
+        {args.fold: fold}, work, dev=args.dev, recipe="auto", seeds=None, overrides={},
+        decoding=args.decoding,
+    )  # fmt: skip
+    (template,) = config["runs"].values()
+    base = dict(shipped["runs"]["demo_ctc"], resources=dict(RESOURCES))
+    if args.base_override:
+        base["overrides"] = parse_overrides(args.base_override)
+    runs: dict[str, Any] = {BASE: base}
+    for way, init in WAYS.items():
+        runs[way] = {**template, **({"init": init} if init else {})}
+    config["corpora"] = {DEMO: shipped["corpora"][DEMO], **config["corpora"]}
+    config["tokenizers"] = dict(shipped["tokenizers"])
+    config["runs"] = runs
+    config["text_normalization"] = shipped["text_normalization"]
+    config["evaluation"] = {**shipped.get("evaluation", {}), **config.get("evaluation", {})}
+    config["evaluation"].pop("extra_sets", None)
+    config["report"] = {"baseline_run": "scratch"}
+    assert names.corpus in config["corpora"]
+    return config
+
+
+def collect_way(work: Path, names: Names, run: str) -> dict[str, Any]:
+    """One row: the run as the workflow left it."""
+    trained = _json(work / layout.run_file(run, "train", "summary.json")) or {}
+    timing = train_benchmark(work, run) or {}
+    init = trained.get("init") or {}
+    row: dict[str, Any] = {
+        "run": run,
+        "init": WAYS.get(run),
+        "status": trained.get("status"),
+        "steps": trained.get("steps"),
+        "peak_lr": ((trained.get("recipe_settings") or {}).get("optim") or {}).get("lr"),
+        "parameters": trained.get("num_parameters"),
+        "trainable_parameters": trained.get("trainable_parameters"),
+        "output_layers": (init.get("vocabulary") or {}).get("output_layers"),
+        "wall_seconds": timing.get("s"),
+        "cpu_seconds": timing.get("cpu_time"),
+        "selected": None,
+        "export_bytes": None,
+        "dev": None,
+        "test": None,
+    }
+    selected = _json(work / layout.selected_file(run))
+    if selected is None:
+        return row
+    artifact = selected["selected"]
+    weights = work / layout.run_file(run, "export", artifact) / "model.pth"
+    row.update(
+        selected=artifact,
+        export_bytes=weights.stat().st_size if weights.is_file() else None,
+        dev=_interval(_json(work / layout.eval_file(run, artifact, f"{names.corpus}.dev",
+                                                     "summary.json"))),
+        test=_interval(_json(work / layout.eval_file(run, artifact, f"{names.corpus}.test",
+                                                      "summary.json"))),
+    )  # fmt: skip
+    return row
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The table of a fine_tuning.json."""
+    m, s = result["machine"], result["settings"]
+    lines = [
+        f"Measured {result['date']} on {m['cpu']} ({m['threads']} threads), commit "
+        f"{result['commit']}; fold: held-out {s['fold']}, dev {s['dev']}; base: demo_conformer "
+        f"on the demo corpus{'; ' + ' '.join(s['base_override']) if s['base_override'] else ''}.",
+        "",
+        "| run | start | dev WER [95 % CI] | held-out speaker WER [95 % CI] | trainable "
+        "parameters | export MB | peak LR | train min (wall, CPU) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        start = "fresh" if not r["init"] else ", ".join(
+            f"{k}: {v}" for k, v in r["init"].items() if k != "run"
+        ) or "base, all weights"  # fmt: skip
+        trainable = r.get("trainable_parameters")
+        size = r.get("export_bytes")
+        wall, cpu = r.get("wall_seconds"), r.get("cpu_seconds")
+        minutes = "n/a" if wall is None else f"{wall / 60:.1f}"
+        minutes += "" if cpu is None else f", {cpu / 60:.1f}"
+        lines.append(
+            f"| {r['run']} | {start} | {_wer(r.get('dev'))} | {_wer(r.get('test'))} | "
+            f"{'n/a' if trainable is None else f'{trainable:,}'} | "
+            f"{'n/a' if size is None else f'{size / 1e6:.2f}'} | "
+            f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | {minutes} |"
+        )
+    return "\n".join(lines)
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fold", default="nicolas", choices=SPEAKERS, help="held-out speaker")
+    p.add_argument("--dev", choices=("takes", "speaker"), default="takes")
+    p.add_argument("--decoding", choices=("greedy_ctc", "beam", "lexicon_lm", "auto"))
+    p.add_argument(
+        "--base-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override of the base run's recipe, e.g. trainer.max_steps=1200 (repeatable)",
+    )
+    p.add_argument("--work", type=Path, default=REPO / "results/bench/fine_tuning/work")
+    p.add_argument("--out", type=Path, default=REPO / "results/bench/fine_tuning")
+    p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")
+    p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
+    p.add_argument("--fold-seed", type=int, default=0, help="seed of the fold's strings")
+    p.add_argument("--table", type=Path, help="print the table of a fine_tuning.json, run nothing")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    if args.table:
+        print(markdown(read_json(args.table)))
+        return 0
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    config = project(args, work)
+    write_text(work / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    rc, wall = run_snakemake(work, args.cores)
+    names = Names(args.fold, args.dev)
+    result = {
+        **_machine(),
+        "command": shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(argv),
+        "settings": {
+            "fold": args.fold,
+            "dev": args.dev,
+            "decoding": args.decoding,
+            "base_override": args.base_override,
+            "cores": args.cores,
+            "fold_seed": args.fold_seed,
+            "work": str(work),
+        },
+        "snakemake": {"returncode": rc, "wall_seconds": round(wall, 1)},
+        "rows": [collect_way(work, names, run) for run in WAYS],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text(args.out / "fine_tuning.json", dumps_json(result))
+    print(markdown(result))
+    if rc != 0:
+        print(f"snakemake failed (exit {rc}); see {work / 'snakemake.log'}", file=sys.stderr)
+    return rc
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except AsrflowError as e:
+        print(f"fine_tuning: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
