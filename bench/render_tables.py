@@ -11,6 +11,8 @@ and, for a table whose figures may not exist yet, the command that measures them
 
     <!-- table: docs/figures/real_speech.json | measure: uv run python bench/real_speech.py -->
 
+and, for a table of some of a file's rows, the row key that marks them (``| only: _readme``).
+
 Everything between the two comments is replaced by the rendering of the named JSON file (a path
 relative to the repository root); where the file does not exist, by one line saying "Not
 measured yet" and the command to run. Files named after a benchmark with a table of its own
@@ -26,7 +28,8 @@ function; every other file is a *figures table*::
       "notes": ["optional lines below the table", ...]
     }
 
-Cells are written as they are (strings or numbers; a missing or null cell is ``-``). Where the
+Cells are written as they are (strings or numbers; a missing or null cell is ``-``); row keys
+that start with ``_`` are marks for ``only``, never shown. Where the
 rows come from several measurements, ``machine``, ``date``, ``commit`` and ``load`` are columns
 of the rows instead of top-level keys.
 
@@ -52,11 +55,12 @@ REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 
 MARKER = re.compile(
-    r"(?P<open><!-- table: (?P<path>[^ |>]+)(?: \| measure: (?P<measure>.+?))? -->\n)"
+    r"(?P<open><!-- table: (?P<path>[^ |>]+)(?P<options>(?: \| [a-z]+: [^|]+?)*) -->\n)"
     r"(?P<body>.*?)"
     r"(?P<close><!-- end table -->)",
     re.DOTALL,
 )
+OPTIONS = ("measure", "only")
 
 # benchmarks whose JSON has a layout of its own, rendered by the benchmark's `markdown`
 OWN_RENDERER = {"longform.json": "longform", "real_speech.json": "real_speech"}
@@ -84,7 +88,7 @@ def _cell(value: Any) -> str:
 
 
 def measured_line(data: dict[str, Any]) -> str | None:
-    """"Measured <date> on <machine>, commit <commit>; load <load>." from the top-level keys
+    """ "Measured <date> on <machine>, commit <commit>; load <load>." from the top-level keys
     present, or None when the rows carry them."""
     parts = []
     if data.get("date"):
@@ -101,14 +105,27 @@ def measured_line(data: dict[str, Any]) -> str | None:
     return (text[0].upper() + text[1:] + ".") if text else None
 
 
-def figures_table(data: dict[str, Any]) -> str:
-    """A figures table (the layout in the module docstring) as Markdown."""
+def parse_options(text: str) -> dict[str, str]:
+    """`` | measure: CMD | only: KEY`` -> {"measure": CMD, "only": KEY}."""
+    options = {}
+    for part in filter(None, (p.strip() for p in text.split(" | "))):
+        key, _, value = part.lstrip("| ").partition(": ")
+        if key not in OPTIONS:
+            raise ValueError(f"unknown table option {key!r} (known: {', '.join(OPTIONS)})")
+        options[key] = value.strip()
+    return options
+
+
+def figures_table(data: dict[str, Any], only: str | None = None) -> str:
+    """A figures table (the layout in the module docstring) as Markdown; ``only``: just the
+    rows where that key is true."""
     columns = data["columns"]
     keys = {key for key, _ in columns}
     for i, row in enumerate(data["rows"]):
-        unknown = set(row) - keys
+        unknown = {k for k in row if not k.startswith("_")} - keys
         if unknown:
             raise ValueError(f"row {i} has cells no column names: {sorted(unknown)}")
+    rows = [r for r in data["rows"] if only is None or r.get(only)]
     lines = []
     if data.get("title"):
         lines += [data["title"], ""]
@@ -117,14 +134,16 @@ def figures_table(data: dict[str, Any]) -> str:
         lines += [measured, ""]
     lines.append("| " + " | ".join(header for _, header in columns) + " |")
     lines.append("|" + "---|" * len(columns))
-    for row in data["rows"]:
+    for row in rows:
         lines.append("| " + " | ".join(_cell(row.get(key)) for key, _ in columns) + " |")
     for note in data.get("notes", []):
         lines += ["", note]
     return "\n".join(lines)
 
 
-def render(path: Path, measure: str | None, root: Path = REPO) -> str:
+def render(
+    path: Path, measure: str | None = None, only: str | None = None, root: Path = REPO
+) -> str:
     """The Markdown for one marked table: its JSON rendered, or the "not measured" line."""
     file = root / path
     if not file.exists():
@@ -135,7 +154,9 @@ def render(path: Path, measure: str | None, root: Path = REPO) -> str:
         )
     data = json.loads(file.read_text(encoding="utf-8"))
     own = OWN_RENDERER.get(file.name)
-    text = _bench_markdown(own)(data) if own else figures_table(data)
+    if own and only:
+        raise ValueError(f"{path}: 'only' works on figures tables, not on {own}'s")
+    text = _bench_markdown(own)(data) if own else figures_table(data, only)
     return text.rstrip("\n")
 
 
@@ -143,7 +164,8 @@ def render_text(text: str, root: Path = REPO) -> str:
     """``text`` with every marked table rendered afresh."""
 
     def replace(m: re.Match[str]) -> str:
-        body = render(Path(m["path"]), m["measure"], root)
+        options = parse_options(m["options"])
+        body = render(Path(m["path"]), options.get("measure"), options.get("only"), root)
         return f"{m['open']}{body}\n{m['close']}"
 
     return MARKER.sub(replace, text)
