@@ -132,7 +132,7 @@ def figures_table(data: dict[str, Any], only: str | None = None) -> str:
     measured = measured_line(data)
     if measured:
         lines += [measured, ""]
-    lines.append("| " + " | ".join(header for _, header in columns) + " |")
+    lines.append("| " + " | ".join(_cell(header) for _, header in columns) + " |")
     lines.append("|" + "---|" * len(columns))
     for row in rows:
         lines.append("| " + " | ".join(_cell(row.get(key)) for key, _ in columns) + " |")
