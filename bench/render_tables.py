@@ -118,7 +118,7 @@ def parse_options(text: str) -> dict[str, str]:
 
 def figures_table(data: dict[str, Any], only: str | None = None) -> str:
     """A figures table (the layout in the module docstring) as Markdown; ``only``: just the
-    rows where that key is true."""
+    rows where that key is true, without the notes (they speak of every row)."""
     columns = data["columns"]
     keys = {key for key, _ in columns}
     for i, row in enumerate(data["rows"]):
@@ -136,7 +136,7 @@ def figures_table(data: dict[str, Any], only: str | None = None) -> str:
     lines.append("|" + "---|" * len(columns))
     for row in rows:
         lines.append("| " + " | ".join(_cell(row.get(key)) for key, _ in columns) + " |")
-    for note in data.get("notes", []):
+    for note in [] if only else data.get("notes", []):  # a selection leaves the notes out
         lines += ["", note]
     return "\n".join(lines)
 

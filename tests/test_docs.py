@@ -69,7 +69,7 @@ def test_a_figures_table_renders_its_measurement_line_rows_and_notes() -> None:
 
 def test_only_keeps_the_marked_rows() -> None:
     table = render_tables.figures_table(FIXTURE, only="_readme")
-    assert "| one |" in table and "two" not in table
+    assert "| one |" in table and "two" not in table and "A note." not in table
 
 
 def test_a_cell_no_column_names_is_an_error() -> None:
