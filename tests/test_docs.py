@@ -29,6 +29,7 @@ def bench_module(name: str) -> ModuleType:
 
 render_tables = bench_module("render_tables")
 config_reference = bench_module("config_reference")
+figures = bench_module("figures")
 
 FIXTURE = {
     "title": "Speed of a thing.",
@@ -111,6 +112,24 @@ def test_stale_names_the_files_whose_tables_differ_and_rewrites_them(tmp_path: P
 def test_an_unknown_table_option_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown table option 'where'"):
         render_tables.parse_options(" | where: x")
+
+
+def test_a_benchmarks_json_carries_its_conditions_and_renders_as_a_table(tmp_path: Path) -> None:
+    data = figures.figures_json(
+        [("what", "what"), ("speed", "speed")],
+        [{"what": "hashing", "speed": "1,208 MB/s"}],
+        load_before="0.10 0.20 0.30",
+        notes=["one run"],
+        settings={"rounds": "3"},
+    )
+    path = figures.write_figures("speed", data, tmp_path)
+    assert path == tmp_path / "speed.json"
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["date"] and written["machine"] and written["commit"]
+    assert written["load"].startswith("0.10 0.20 0.30 before, ")
+    table = render_tables.figures_table(written)
+    assert table.startswith(f"Measured {written['date']} on {written['machine']}, commit ")
+    assert "| hashing | 1,208 MB/s |" in table and table.endswith("one run")
 
 
 def test_the_committed_tables_are_up_to_date() -> None:
