@@ -27,6 +27,7 @@ localrules:
     word_lm,
     select_model,
     publish_selected,
+    init_tokenizer,
     plot_learning_curves,
     plot_slices,
     report,

@@ -5,7 +5,7 @@ import os
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from asrflow import layout, runs
+from asrflow import config_check, layout, runs
 from asrflow.artifacts import BASELINE, is_average
 from asrflow.data.audio_state import refresh_audio_state
 from asrflow.errors import AsrflowError
@@ -32,7 +32,7 @@ try:
     config.update(expand_replicas(config))
     # init: {run: <parent>} starts from the parent's selected package (asrflow.lineage)
     config.update(with_init_runs(config))
-    layout.check_config(config)
+    config_check.check_config(config)
     # every run's recipe and overrides, so that a bad one stops here naming the run and the file
     runs.check_recipes(config)
 except WorkflowError as e:
@@ -153,14 +153,27 @@ def run_train_inputs(wildcards):
         if corpus in sharded:
             inputs[f"shards_{i}"] = layout.shards(corpus, "train")
     inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
-    inputs["bpe_model"] = layout.tokenizer_file(r["tokenizer"], "bpe.model")
-    inputs["tokens"] = layout.tokenizer_file(r["tokenizer"], "tokens.txt")
+    inputs["bpe_model"] = layout.run_tokenizer_file(config, run, "bpe.model")
+    inputs["tokens"] = layout.run_tokenizer_file(config, run, "tokens.txt")
+    return inputs
+
+
+def init_tokenizer_inputs(wildcards):
+    """What rule init_tokenizer reads (tokenizer: init): the starting model (its config.yaml)
+    and the run's filtered splits, whose text it checks the tokenizer can spell."""
+    run = wildcards.run
+    inputs = {"model": runs.init_tokenizer_model(config, run)}
+    for i, corpus in enumerate(layout.run_corpora(config, run)):
+        inputs[f"train_{i}"] = filtered_split(corpus, "train")
+    inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
     return inputs
 
 
 def run_plan_cuts(wildcards):
-    """What a run's plan reads: the filtered train splits it trains on (train_0..n)."""
-    return {k: v for k, v in run_train_inputs(wildcards).items() if k.startswith("train_")}
+    """What a run's plan reads: the filtered train splits it trains on (train_0..n), and a
+    fine-tuning run's parent's train summary (its peak LR)."""
+    inputs = {k: v for k, v in run_train_inputs(wildcards).items() if k.startswith("train_")}
+    return {**inputs, **runs.parent_summary(config, wildcards.run)}
 
 
 def run_plan(wildcards):
@@ -233,12 +246,11 @@ def export_inputs(wildcards):
     run = wildcards.run
     if wildcards.artifact == BASELINE:
         return run_init_weights(wildcards)
-    tokenizer = layout.run(config, run)["tokenizer"]
     inputs = {
         "summary": layout.run_file(run, "train", "summary.json"),
         "artifacts": layout.run_file(run, "train", "artifacts"),
-        "bpe_model": layout.tokenizer_file(tokenizer, "bpe.model"),
-        "tokens": layout.tokenizer_file(tokenizer, "tokens.txt"),
+        "bpe_model": layout.run_tokenizer_file(config, run, "bpe.model"),
+        "tokens": layout.run_tokenizer_file(config, run, "tokens.txt"),
     }
     if is_average(wildcards.artifact):
         inputs["averaged"] = layout.average_file(run, wildcards.artifact)

@@ -20,3 +20,23 @@ rule train_tokenizer:
         normalization=config["text_normalization"],
     script:
         "../scripts/train_tokenizer.py"
+
+
+# tokenizer: init (the default of a fine-tuning run): the starting model's own tokenizer, and
+# the run's text it cannot spell, per split (asrflow.export.package_tokenizer)
+rule init_tokenizer:
+    input:
+        unpack(init_tokenizer_inputs),
+    output:
+        model=layout.run_file("{run}", "tokenizer", "bpe.model"),
+        tokens=layout.run_file("{run}", "tokenizer", "tokens.txt"),
+        summary=layout.run_file("{run}", "tokenizer", "summary.json"),
+        record=layout.prov(layout.run_file("{run}", "tokenizer", "bpe.model")),
+    log:
+        layout.log("init_tokenizer", "{run}"),
+    conda:
+        "../envs/asrflow.yaml"
+    params:
+        normalization=config["text_normalization"],
+    script:
+        "../scripts/init_tokenizer.py"

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate as snakemake_validate
 
-from asrflow import layout
+from asrflow import config_check, layout
 from asrflow.data.filter import FilterConfig
 from asrflow.data.issues import ValidationConfig
 from asrflow.errors import AsrflowError
@@ -151,7 +151,7 @@ def test_shipped_config_validates_and_defaults_are_filled() -> None:
         assert tok["max_piece_length"] == 16
         assert tok["character_coverage"] == 1.0
     assert config["tokenizers"]["demo_unigram"]["vocab_size"] == 300  # not the default 200
-    layout.check_config(config)
+    config_check.check_config(config)
 
 
 def test_snakemake_validate_fills_the_same_defaults() -> None:
@@ -341,10 +341,10 @@ def test_report_baseline_run_defaults_to_none_and_must_name_a_run() -> None:
     config = fill(load_config())
     assert config["report"] == {"baseline_run": None}  # the first run is the baseline
     config["report"]["baseline_run"] = "demo_ctc"
-    layout.check_config(fill(config))
+    config_check.check_config(fill(config))
     config["report"]["baseline_run"] = "demo_ctx"
     with pytest.raises(AsrflowError) as err:
-        layout.check_config(config)
+        config_check.check_config(config)
     message = str(err.value)
     assert message.startswith("report.baseline_run: unknown run 'demo_ctx'")
     assert "demo_ctc" in message and len(message.splitlines()) == 1

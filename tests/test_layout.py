@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asrflow import layout, runs
+from asrflow import config_check, layout, runs
 from asrflow.errors import AsrflowError
 
 CONFIG = {
@@ -150,8 +150,8 @@ def test_unknown_corpus_lists_the_known_ones() -> None:
 
 
 def test_check_config_accepts_good_config() -> None:
-    layout.check_config(CONFIG)
-    layout.check_config({"corpora": {"demo": {"source": "synthetic"}}})  # no tokenizers key
+    config_check.check_config(CONFIG)
+    config_check.check_config({"corpora": {"demo": {"source": "synthetic"}}})  # no tokenizers key
 
 
 def test_check_config_requires_train_split() -> None:
@@ -161,10 +161,10 @@ def test_check_config_requires_train_split() -> None:
             "bad": {"source": "nemo", "manifests": {"dev": "a", "Train": "b"}},
         }
     }
-    layout.check_config(config)  # an eval-only corpus needs no train split ...
+    config_check.check_config(config)  # an eval-only corpus needs no train split ...
     config["tokenizers"] = {"t": {"corpus": "bad"}}  # ... one that is trained on does
     with pytest.raises(AsrflowError) as err:
-        layout.check_config(config)
+        config_check.check_config(config)
     message = str(err.value)
     assert message.startswith("corpora.bad:")
     assert "'train' is required" in message
@@ -174,7 +174,7 @@ def test_check_config_requires_train_split() -> None:
 def test_check_config_tokenizer_unknown_corpus() -> None:
     config = {**CONFIG, "tokenizers": {"t1": {"corpus": "demo"}, "bad_tok": {"corpus": "dmeo"}}}
     with pytest.raises(AsrflowError) as err:
-        layout.check_config(config)
+        config_check.check_config(config)
     message = str(err.value)
     assert message.startswith("tokenizers.bad_tok.corpus:")
     assert "'dmeo'" in message
@@ -228,13 +228,13 @@ def test_eval_sets_dev_first_then_tests_then_extra_sets() -> None:
         "runs": {"r": {"corpora": ["demo"], "tokenizer": "t", "recipe": "x"}},
         "evaluation": {"extra_sets": ["suppliers.messages"]},
     }
-    layout.check_config(config)
+    config_check.check_config(config)
     assert layout.eval_sets(config, "r") == ["demo.dev", "demo.test", "suppliers.messages"]
     assert layout.dev_set(config, "r") == "demo.dev"
     assert layout.eval_set_split(config, "suppliers.messages") == ("suppliers", "messages")
     config["evaluation"]["extra_sets"] = ["suppliers.test"]
     with pytest.raises(AsrflowError, match=r"suppliers\.test"):
-        layout.check_config(config)
+        config_check.check_config(config)
 
 
 def test_a_fine_tuning_run_has_a_baseline_only_when_its_init_model_has_a_config(tmp_path) -> None:
@@ -278,3 +278,44 @@ def test_a_run_that_names_no_tokenizer_gets_an_auto_one_on_its_first_corpus() ->
     assert out["runs"]["x"]["tokenizer"] == "a_auto"
     assert out["tokenizers"]["a_auto"] == {"corpus": "a", "model_type": "auto"}
     assert out["runs"]["y"] == config["runs"]["y"] and "tokenizer" not in config["runs"]["x"]
+
+
+def test_a_fine_tuning_run_keeps_its_starting_models_tokenizer_by_default() -> None:
+    """Issue 32: a run whose init carries a tokenizer (a package or exp dir, or another run's
+    selection) takes it (``init``); a bare weights file carries none, so the run trains its own;
+    a tokenizer named in the config is kept."""
+    from asrflow.layout import INIT_TOKENIZER, run_tokenizer_file, with_default_tokenizers
+
+    config = {
+        "corpora": {"a": {}},
+        "tokenizers": {"mine": {"corpus": "a"}},
+        "runs": {
+            "base": {"corpora": ["a"]},
+            "child": {"corpora": ["a"], "init": {"run": "base"}},
+            "pkg": {"corpora": ["a"], "init": {"model": "exp/asr_conformer"}},
+            "bare": {"corpora": ["a"], "init": {"model": "exp/model.pth"}},
+            "named": {"corpora": ["a"], "init": {"run": "base"}, "tokenizer": "mine"},
+        },
+    }
+    out = with_default_tokenizers(config)
+    tokenizers = {name: r["tokenizer"] for name, r in out["runs"].items()}
+    assert tokenizers == {
+        "base": "a_auto",
+        "child": INIT_TOKENIZER,
+        "pkg": INIT_TOKENIZER,
+        "bare": "a_auto",
+        "named": "mine",
+    }
+    assert set(out["tokenizers"]) == {"mine", "a_auto"}
+    assert (
+        run_tokenizer_file(out, "child", "tokens.txt") == "results/runs/child/tokenizer/tokens.txt"
+    )
+    assert run_tokenizer_file(out, "named", "bpe.model") == "results/tokenizers/mine/bpe.model"
+
+
+def test_tokenizer_init_needs_a_model_to_take_it_from() -> None:
+    config = {**CONFIG, "runs": {"r": {"corpora": ["demo"], "tokenizer": "init", "recipe": "x"}}}
+    with pytest.raises(AsrflowError, match=r"runs\.r\.tokenizer: init .* no init"):
+        config_check.check_config(config)
+    config["runs"]["r"]["init"] = {"model": "pkg"}
+    config_check.check_config(config)

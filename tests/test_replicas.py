@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from asrflow import layout, runs
+from asrflow import config_check, layout, runs
 from asrflow.errors import AsrflowError
 from asrflow.replicas import expand_replicas, replica_name, replica_runs
 from asrflow.settings import with_defaults
@@ -48,7 +48,7 @@ def test_a_run_with_seeds_becomes_one_run_per_seed_in_place() -> None:
         "base-seed2": {"replica_of": "base", "seed": 2},
     }
     assert replica_runs(expand_replicas(config(plain={}))) == {}
-    layout.check_config(out)
+    config_check.check_config(out)
 
 
 def test_each_replica_trains_with_its_seed(monkeypatch) -> None:
@@ -66,7 +66,7 @@ def test_a_baseline_naming_a_replicated_run_points_at_its_first_replica() -> Non
     cfg = {**config(other={}, base={"seeds": [3, 1]}), "report": {"baseline_run": "base"}}
     out = expand_replicas(cfg)
     assert out["report"]["baseline_run"] == "base-seed3"  # the first in the config's order
-    layout.check_config(out)
+    config_check.check_config(out)
     cfg["report"]["baseline_run"] = "base-seed1"  # a replica by its name stays
     assert expand_replicas(cfg)["report"]["baseline_run"] == "base-seed1"
 

@@ -133,6 +133,9 @@ def test_a_fine_tuning_run_takes_its_packages_model_config_and_rate(recipes, tmp
     assert runs.init_inputs(config, "b") == {"init_weights": str(pkg / "model.pth")}
     assert runs.init_inputs(config, "c") == {"init_weights": made_later}  # another run's export
     assert "encoder_conf" in runs.plan_params(config, "a")["inherited"]
+    # the plan knows what the run starts from; the LR of a model from elsewhere is not known
+    assert runs.plan_params(config, "a")["lineage"] == {"parent": str(pkg), "generation": 0}
+    assert runs.parent_summary(config, "a") == {}
     assert "trainer.seed" in runs.recipe_params(config, "c")["explicit"]
     assert "explicit" not in runs.recipe_params(config, "b")
     # a: the package's 22.05 kHz; b: the recipe's 8 kHz; c: not known until base exports
@@ -144,3 +147,22 @@ def test_an_auto_runs_rate_follows_the_corpus_unless_overridden(recipes) -> None
         a={"recipe": "auto"}, b={"recipe": "auto", "overrides": {"frontend_conf": {"fs": 16000}}}
     )
     assert dict(runs.frontend_rates(config, "c")) == {"b": 16000}
+
+
+def test_a_chain_of_fine_tuning_runs_knows_each_parent_and_its_history() -> None:
+    """Issue 32: the plan of a run with init.run reads its parent's train summary (its peak LR),
+    and a parent that was itself fine-tuned makes the child a second refinement."""
+    config = config_with_runs(
+        base={"recipe": "auto"},
+        week2={"recipe": "auto", "init": {"run": "base"}},
+        week3={"recipe": "auto", "init": {"run": "week2"}},
+        named={"recipe": "r", "init": {"run": "base"}},
+    )
+    assert "lineage" not in runs.plan_params(config, "base")
+    assert runs.plan_params(config, "week2")["lineage"] == {"parent": "base", "generation": 0}
+    assert runs.plan_params(config, "week3")["lineage"] == {"parent": "week2", "generation": 1}
+    assert runs.parent_summary(config, "week3") == {
+        "parent_summary": "results/runs/week2/train/summary.json"
+    }
+    assert runs.parent_summary(config, "base") == {}
+    assert runs.parent_summary(config, "named") == {}  # no plan: a named recipe trains as written

@@ -68,6 +68,7 @@ def test_the_run_defaults_are_filled_in():
         "exclude": ["ctc.*"],
         "architecture": "package",
         "reuse_tokenizer": False,
+        "freeze": [],
     }
 
 

@@ -592,8 +592,9 @@ def test_a_child_run_fine_tunes_its_parents_selected_model_and_follows_it(traine
     workdir = _private_copy(trained, tmp_path)
     config = workdir / "config.yaml"
     cfg = yaml.safe_load(config.read_text())
+    parent = {k: v for k, v in cfg["runs"]["tiny_ctc"].items() if k != "tokenizer"}
     cfg["runs"]["child"] = {
-        **cfg["runs"]["tiny_ctc"],
+        **parent,  # no tokenizer named: the parent's ships with its package
         "init": {"run": "tiny_ctc"},
         "overrides": {"trainer": {"max_steps": 8, "val_check_interval": 4}},
     }
@@ -611,6 +612,14 @@ def test_a_child_run_fine_tunes_its_parents_selected_model_and_follows_it(traine
     assert summary["init"]["package"]["artifact"] == selected["selected"]
     assert summary["init"]["package"]["provenance"], summary["init"]["package"]
     assert summary["init"]["fresh_keys"] == 0, summary["init"]
+    assert summary["init"]["vocabulary"]["same"] is True, summary["init"]
+    tokenizer = json.loads((workdir / "results/runs/child/tokenizer/summary.json").read_text())
+    assert tokenizer["source"]["model"] == "results/runs/tiny_ctc/selected"
+    assert all(c["utterances_with_unknown"] == 0 for c in tokenizer["coverage"].values())
+    parent_tokens = workdir / "results/runs/tiny_ctc/selected/tokens.txt"
+    assert (workdir / "results/runs/child/tokenizer/tokens.txt").read_text() == (
+        parent_tokens.read_text()
+    )
     assert summary["architecture"]["from"] == "results/runs/tiny_ctc/selected/config.yaml"
     assert summary["steps"] == 8
     # the parent republished with the same bytes: nothing of the child reruns

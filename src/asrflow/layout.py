@@ -102,25 +102,53 @@ def tokenizer_file(tokenizer: str, name: str) -> str:
 
 
 AUTO_TOKENIZER = "{corpus}_auto"
-"""The tokenizer of a run that names none: ``model_type: auto`` on its first corpus."""
+"""The tokenizer of a run from scratch that names none: ``model_type: auto`` on its first
+corpus."""
+INIT_TOKENIZER = "init"
+"""``runs.<run>.tokenizer: init``: the starting model's own tokenizer
+(:mod:`asrflow.export.package_tokenizer`), the default of a run whose ``init`` carries one."""
+_BARE_WEIGHTS = (".pth", ".ckpt")
 
 
 def with_default_tokenizers(config: Config) -> dict[str, Any]:
-    """``config`` with every run that names no tokenizer given :data:`AUTO_TOKENIZER` of its
-    first corpus, added to ``tokenizers`` (if not there) as ``model_type: auto``: the two keys
-    a run may leave out are its recipe (``auto``, the schema's default) and its tokenizer. Not
-    modified in place; the schema's defaults of an added tokenizer are for the caller to fill."""
+    """``config`` with every run that names no tokenizer given one: :data:`INIT_TOKENIZER` when
+    it fine-tunes a model that carries a tokenizer (``init.run``, or an ``init.model`` that is
+    not a bare ``.pth``/``.ckpt``), else :data:`AUTO_TOKENIZER` of its first corpus, added to
+    ``tokenizers`` (if not there) as ``model_type: auto``: the two keys a run may leave out are
+    its recipe (``auto``, the schema's default) and its tokenizer. Not modified in place; the
+    schema's defaults of an added tokenizer are for the caller to fill."""
     tokenizers = dict(config.get("tokenizers") or {})
     runs: dict[str, Any] = {}
     for name, r in (config.get("runs") or {}).items():
         if r.get("tokenizer"):
             runs[name] = r
             continue
+        if _carries_tokenizer(r.get("init")):
+            runs[name] = {**r, "tokenizer": INIT_TOKENIZER}
+            continue
         corpus = r["corpora"][0]
         tokenizer = AUTO_TOKENIZER.format(corpus=corpus)
         tokenizers.setdefault(tokenizer, {"corpus": corpus, "model_type": "auto"})
         runs[name] = {**r, "tokenizer": tokenizer}
     return {**config, "tokenizers": tokenizers, "runs": runs}
+
+
+def _carries_tokenizer(init: Mapping[str, Any] | None) -> bool:
+    if not init:
+        return False
+    if init.get("run"):
+        return True
+    return not str(init.get("model", "")).endswith(_BARE_WEIGHTS)
+
+
+def run_tokenizer_file(config: Config, name: str, file: str) -> str:
+    """``bpe.model`` or ``tokens.txt`` of run ``name``: its tokenizer's (:func:`tokenizer_file`),
+    or with ``tokenizer: init`` the copy of its starting model's, ``results/runs/<run>/tokenizer/``
+    (rule init_tokenizer), also ``summary.json`` there."""
+    tokenizer = run(config, name)["tokenizer"]
+    if tokenizer == INIT_TOKENIZER:
+        return run_file(name, "tokenizer", file)
+    return tokenizer_file(tokenizer, file)
 
 
 def recipe_file(recipe: str) -> str:
@@ -347,46 +375,6 @@ def selection_corpora(config: Config, name: str) -> list[str]:
 def slice_fields(config: Config, eval_set: str) -> list[str]:
     """The manifest fields an eval set's results are broken down by (its corpus's slice_fields)."""
     return list(corpus(config, eval_set_split(config, eval_set)[0])["slice_fields"])
-
-
-def check_config(config: Config) -> None:
-    """Checks the JSON schema cannot express: cross references and train splits."""
-    trained_on = {c for r in config.get("runs", {}).values() for c in r["corpora"]}
-    trained_on |= {t["corpus"] for t in config.get("tokenizers", {}).values()}
-    for name in config["corpora"]:
-        if name in trained_on and "train" not in splits(config, name):
-            raise AsrflowError(
-                f"corpora.{name}: a split named 'train' is required to train a tokenizer or a "
-                f"run on it (got {', '.join(splits(config, name))})"
-            )
-    for eval_set in config.get("evaluation", {}).get("extra_sets", []):
-        eval_set_split(config, eval_set)
-    for name, r in config.get("runs", {}).items():
-        for key, value in [("tokenizer", r["tokenizer"])]:
-            if value not in config.get("tokenizers", {}):
-                raise AsrflowError(f"runs.{name}.{key}: unknown tokenizer {value!r}")
-        for corpus_name in [*r["corpora"], run_dev_corpus(config, name)]:
-            if corpus_name not in config["corpora"]:
-                raise AsrflowError(f"runs.{name}: unknown corpus {corpus_name!r}")
-        if "dev" not in splits(config, run_dev_corpus(config, name)):
-            raise AsrflowError(
-                f"runs.{name}: corpus {run_dev_corpus(config, name)!r} has no dev split to "
-                "validate on; add one or name another corpus in runs.<run>.dev"
-            )
-        if r.get("weights") is not None and len(r["weights"]) != len(r["corpora"]):
-            raise AsrflowError(f"runs.{name}.weights: one weight per corpus in runs.{name}.corpora")
-    for name, tok in config.get("tokenizers", {}).items():
-        if tok["corpus"] not in config["corpora"]:
-            raise AsrflowError(
-                f"tokenizers.{name}.corpus: unknown corpus {tok['corpus']!r}; "
-                f"choose one of {', '.join(config['corpora'])}"
-            )
-    baseline = (config.get("report") or {}).get("baseline_run")
-    if baseline is not None and baseline not in config.get("runs", {}):
-        raise AsrflowError(
-            f"report.baseline_run: unknown run {baseline!r}; "
-            f"choose one of {', '.join(config.get('runs', {})) or '(no runs configured)'}"
-        )
 
 
 REPORT_TABLES = ("comparison.csv", "comparison.md", "comparison.html", "replicas.csv")

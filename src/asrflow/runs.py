@@ -30,6 +30,7 @@ from asrflow.layout import (
     run,
     run_corpora,
     run_dev_corpus,
+    run_file,
     selected_package_files,
     sharded_corpora,
 )
@@ -166,6 +167,20 @@ def trains_from_shards(config: Config, name: str) -> bool:
     return any(corpus in sharded for corpus in run_corpora(config, name))
 
 
+def init_tokenizer_model(config: Config, name: str) -> str:
+    """What rule init_tokenizer reads for ``tokenizer: init``: the starting model's
+    ``config.yaml`` (found in ``init.model``, or the parent's published package for
+    ``init.run``), or the model's path as given when another rule makes it."""
+    init = run(config, name)["init"]
+    if init.get("run"):
+        return dict(zip(PACKAGE_FILES, selected_package_files(init["run"]), strict=True))[
+            "config.yaml"
+        ]
+    model = init["model"]
+    found = find_config(model) if Path(model).exists() else None
+    return str(found) if found is not None else str(model)
+
+
 def init_inputs(config: Config, name: str) -> dict[str, str]:
     """The files a fine-tuning run starts from, as rule inputs: ``init_weights`` (the weights
     of ``init.model``, or the path as given when another rule makes it; for ``init.run`` the
@@ -244,7 +259,30 @@ def plan_params(config: Config, name: str) -> dict[str, Any]:
     if takes_package_architecture(r.get("init")):
         # a fine-tuning run's model keys are its starting package's, not the plan's
         params["inherited"] = list(ARCHITECTURE_KEYS)
+    if r.get("init"):
+        params["lineage"] = lineage_params(config, name)
     return params
+
+
+def lineage_params(config: Config, name: str) -> dict[str, Any]:
+    """What the plan of a fine-tuning run knows of its start before any job runs (its LR and
+    warmup follow it: :func:`asrflow.recipe.rules.fine_tuning`): ``parent`` (``init.run``, or
+    ``init.model`` as given) and ``generation`` (1 when the parent run itself starts from
+    another model, else 0; a model from elsewhere counts as trained from scratch)."""
+    init = run(config, name)["init"]
+    parent = init.get("run")
+    if parent is None:
+        return {"parent": str(init["model"]), "generation": 0}
+    return {"parent": parent, "generation": 1 if run(config, parent).get("init") else 0}
+
+
+def parent_summary(config: Config, name: str) -> dict[str, str]:
+    """The parent run's train summary for the plan of a run with ``init.run`` (its peak LR,
+    :func:`asrflow.recipe.plan.parent_peak_lr`), else nothing."""
+    init = run(config, name).get("init") or {}
+    if init.get("run") is None or not is_auto(run(config, name)["recipe"]):
+        return {}
+    return {"parent_summary": run_file(init["run"], "train", "summary.json")}
 
 
 def eval_params(config: Config) -> dict[str, Any]:

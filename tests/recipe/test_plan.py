@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from asrflow.recipe.plan import (
     AUTO_BASE,
     apply_plan,
@@ -67,3 +69,21 @@ def test_the_plan_file_holds_no_rules_version_so_a_bump_retrains_only_what_it_ch
     plan = make_plan("r", corpus())
     assert "rules_version" not in plan
     assert "rules version" in plan_lines(plan)[0]
+
+
+def test_a_fine_tuning_plan_says_what_it_starts_from_and_takes_the_parents_lr(tmp_path) -> None:
+    import json
+
+    from asrflow.recipe.plan import parent_peak_lr
+
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"recipe_settings": {"optim": {"lr": 0.005}}}))
+    lineage = {"parent": "base", "generation": 0, "parent_lr": parent_peak_lr(summary)}
+    plan = make_plan("child", corpus(hours=0.3), lineage=lineage)
+    assert plan["lineage"] == lineage
+    assert plan["values"]["optim"]["lr"] == pytest.approx(0.005 / 30, rel=3e-3)
+    text = "\n".join(plan_lines(plan))
+    assert "fine-tunes base (peak LR 0.005; trained from scratch)" in text
+    assert "1/30 of base's peak 0.005" in text
+    assert parent_peak_lr(None) is None
+    assert "lineage" not in make_plan("r", corpus())  # a run from scratch: as before

@@ -96,3 +96,31 @@ def test_stats_of_counts_speakers_rates_and_text() -> None:
     assert (s.words, s.running_words) == (3, 5)
     assert s.characters == len(set("onetwothree"))
     assert CorpusStats.from_dict(s.to_dict()).rate_seconds == s.rate_seconds
+
+
+@pytest.mark.parametrize(
+    ("hours", "generation", "parent_lr", "lr"),
+    [
+        (0.3, 0, 5e-3, 5e-3 / 30),  # below 20 h: 1/30 of the parent's peak
+        (50.0, 0, 2e-3, 2e-4),  # from 20 h: 1/10
+        (0.3, 1, 5e-3, 5e-5),  # a second refinement: 1/100
+        (0.3, 0, None, 3e-5),  # a package from elsewhere: the guidance's absolute values
+        (50.0, 0, None, 1e-4),
+        (50.0, 2, None, 1e-5),
+    ],
+)
+def test_a_fine_tuning_runs_lr_follows_the_target_hours_and_its_parents_history(
+    hours, generation, parent_lr, lr
+) -> None:
+    lineage = {"parent": "base", "generation": generation, "parent_lr": parent_lr}
+    chosen = {c.key: c for c in rules.choices(corpus(hours=hours), lineage)}
+    assert chosen["optim.lr"].value == pytest.approx(lr, rel=3e-3)
+    assert chosen["scheduler.warmup"].value == rules.FINE_TUNING_WARMUP
+    reason = chosen["optim.lr"].reason
+    assert ("second refinement" in reason) == (generation > 0)
+    assert ("not known" in reason) == (parent_lr is None)
+    # everything else is what the same corpus trained from scratch gets
+    scratch = values(corpus(hours=hours))
+    for key, c in chosen.items():
+        if key not in ("optim.lr", "scheduler.warmup"):
+            assert c.value == scratch[key], key

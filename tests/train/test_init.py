@@ -307,7 +307,12 @@ def test_reuse_tokenizer_without_a_config_is_an_error(fresh, source_pth, tmp_pat
 def test_init_config_reads_the_schema_defaults_and_refuses_bad_keys():
     cfg = InitConfig.from_dict(init({"model": "m.pth"}))
     assert cfg == InitConfig(
-        "m.pth", include=("*",), exclude=(), architecture="package", reuse_tokenizer=False
+        "m.pth",
+        include=("*",),
+        exclude=(),
+        architecture="package",
+        reuse_tokenizer=False,
+        freeze=(),
     )
     with pytest.raises(AsrflowError, match="unknown key"):
         InitConfig.from_dict({**init({"model": "m.pth"}), "inclde": ["x"]})
@@ -318,7 +323,7 @@ def test_init_config_reads_the_schema_defaults_and_refuses_bad_keys():
 def test_an_init_without_the_schema_defaults_is_refused_by_name():
     """The schema is the one source of the defaults: an unvalidated init is not guessed at."""
     with pytest.raises(
-        AsrflowError, match=r"exclude, architecture, reuse_tokenizer missing.*with_defaults"
+        AsrflowError, match=r"exclude, architecture, reuse_tokenizer, freeze missing.*with_defaults"
     ):
         InitConfig.from_dict({"model": "m.pth", "include": ["*"]})
 
@@ -366,3 +371,86 @@ def test_an_espnet_exp_dir_gives_its_architecture_to_a_recipe_of_another_width(m
         apply_init(
             build_asr_model(wide, tmp_path / "wide"), cfg, overridden=["encoder_conf.output_size"]
         )
+
+
+def test_a_new_token_list_starts_the_output_layers_fresh(models, fresh, tmp_path, caplog):
+    """Issue 32: a run whose token list is not its starting model's loads every layer but those
+    with a row per token (they would map new tokens to old rows), says so, and records it."""
+    pkg = _package(tmp_path, models, list(TOKENS))
+    same = tmp_path / "same.txt"
+    same.write_text("\n".join(TOKENS) + "\n", encoding="utf-8")
+    record = apply_init(fresh, init({"model": str(pkg)}), tokens=same)
+    assert record["vocabulary"] == {
+        "run_tokens": len(TOKENS), "model_tokens": len(TOKENS), "same": True,
+        "output_layers": "loaded",
+    }  # fmt: skip
+    assert record["exclude"] == []
+    # the same number of tokens, one of them another: still a new vocabulary
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join([*TOKENS[:5], "zz", *TOKENS[6:]]) + "\n", encoding="utf-8")
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.init"):
+        record = apply_init(fresh, init({"model": str(pkg)}), tokens=other)
+    assert record["vocabulary"]["same"] is False
+    assert record["vocabulary"]["output_layers"] == "fresh"
+    assert "ctc.ctc_lo.*" in record["exclude"]
+    after, source = fresh.state_dict(), models[0].state_dict()
+    for key in after:
+        kept = key.startswith("ctc.ctc_lo.")
+        assert _equal(after[key], before[key] if kept else source[key]), key
+    assert "output layers" in caplog.text and "tokenizer: init" in caplog.text
+
+
+def test_freeze_takes_module_prefixes_and_fnmatch_patterns(models, fresh, source_pth):
+    record = apply_init(fresh, init({"model": str(source_pth), "freeze": ["encoder", "ctc.*"]}))
+    named = dict(fresh.named_parameters())
+    for name, param in named.items():
+        assert param.requires_grad == (not name.startswith(("encoder.", "ctc."))), name
+    total = sum(p.numel() for p in named.values())
+    assert record["freeze"] == ["encoder", "ctc.*"]
+    assert record["trainable_parameters"] == sum(
+        p.numel() for p in named.values() if p.requires_grad
+    )
+    assert record["frozen_parameters"] + record["trainable_parameters"] == total
+    assert record["frozen_parameters"] > 0 and record["frozen_tensors"] > 0
+
+
+def test_a_freeze_pattern_that_matches_nothing_names_the_modules(fresh, source_pth):
+    # "encoders" is a submodule's name, not a top-level module: a typo that would train all
+    with pytest.raises(AsrflowError, match=r"'encoders' match\(es\) no parameter.*encoder, ctc"):
+        apply_init(fresh, init({"model": str(source_pth), "freeze": ["encoders"]}))
+
+
+def test_a_frozen_encoder_keeps_its_weights_through_a_training_step(tmp_path):
+    """The train job's parts: init loads, freeze stops the encoder, the optimizer leaves it out,
+    and one update moves only what is trainable."""
+    import dataclasses
+
+    import lightning as L
+
+    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.spec import spec_recipe
+    from tests.train.tiny_run import make_tiny_run
+
+    spec = make_tiny_run(tmp_path / "data")
+    start = tmp_path / "start.pth"
+    torch.save(build_trainer_parts(spec, spec_recipe(spec), tmp_path / "w0")["module"]
+               .model.state_dict(), start)  # fmt: skip
+    spec = dataclasses.replace(spec, init=init({"model": str(start), "freeze": ["encoder"]}))
+    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "w1")
+    module = parts["module"]
+    assert parts["init"]["trainable_parameters"] < sum(p.numel() for p in module.parameters())
+    module.trainer = L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+    optimizer = module.configure_optimizers()["optimizer"]
+    in_optimizer = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    named = dict(module.model.named_parameters())
+    assert {n for n, p in named.items() if id(p) in in_optimizer} == {
+        n for n in named if not n.startswith("encoder.")
+    }
+    before = {n: p.detach().clone() for n, p in named.items()}
+    loss, _, _ = module(next(iter(parts["train_loader"])))
+    loss.backward()
+    optimizer.step()
+    for name, param in named.items():
+        moved = not torch.equal(param.detach(), before[name])
+        assert moved != name.startswith("encoder."), name

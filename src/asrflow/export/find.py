@@ -144,10 +144,10 @@ def find_config(model_path: Pathlike) -> Path | None:
         entry = _manifest_entry(path, MANIFEST_CONFIG_KEY)
         if entry is not None and entry[1].is_file():
             return entry[1]
-    for candidate in (directory / "config.yaml", find_weights(path).parent / "config.yaml"):
-        if candidate.is_file():
-            return candidate
-    return None
+    if (directory / "config.yaml").is_file():
+        return directory / "config.yaml"
+    beside_weights = find_weights(path).parent / "config.yaml"
+    return beside_weights if beside_weights.is_file() else None
 
 
 # --- the token list --------------------------------------------------------------------------

@@ -71,15 +71,17 @@ def make_plan(
     explicit: Iterable[str] = (),
     recipe: str = AUTO,
     inherited: Iterable[str] = (),
+    lineage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan of ``run``: the statistics, every rule's choice (with ``overridden_by`` when a
     key of ``explicit``, the run's overrides as dotted keys, sets it, and ``from_package`` when
     it lies under one of ``inherited``, the model keys a fine-tuning run takes from its starting
-    package: :mod:`asrflow.recipe.inherit`), and ``values``: the choices neither overrides.
-    nested as a recipe."""
+    package: :mod:`asrflow.recipe.inherit`), ``values``: the choices neither overrides, nested
+    as a recipe, and for a run that starts from another model its ``lineage``
+    (:func:`asrflow.recipe.rules.fine_tuning`)."""
     explicit, inherited = sorted(explicit), sorted(inherited)
     rows, kept = [], []
-    for c in choices(stats):
+    for c in choices(stats, lineage):
         by = overridden(c.key, explicit)
         row = {"key": c.key, "value": c.value, "reason": c.reason, "overridden_by": by}
         if inside(c.key, explicit):
@@ -90,13 +92,16 @@ def make_plan(
         rows.append(row)
         if by is None and not package:
             kept.append((c.key, c.value))
-    return {
+    plan = {
         "run": run,
         "recipe": recipe,
         "stats": stats.to_dict(),
         "choices": rows,
         "values": nest(kept),
     }
+    if lineage is not None:
+        plan["lineage"] = dict(lineage)
+    return plan
 
 
 def apply_plan(
@@ -162,6 +167,14 @@ def plan_lines(plan: Mapping[str, Any]) -> list[str]:
         f"{s['median_duration']:.1f} s, {rates}; text: {s['words']} distinct words, "
         f"{s['characters']} characters" + ("; synthetic speech" if s["synthetic"] else ""),
     ]
+    if plan.get("lineage") is not None:
+        g = plan["lineage"]
+        lr = g.get("parent_lr")
+        lines.append(
+            f"  fine-tunes {g.get('parent') or 'its init model'} (peak LR "
+            f"{'unknown' if lr is None else f'{lr:g}'}; "
+            f"{'itself fine-tuned' if g.get('generation', 0) else 'trained from scratch'})"
+        )
     width = max((len(c["key"]) for c in plan["choices"]), default=0)
     for c in plan["choices"]:
         value = _short(c["value"])
@@ -202,9 +215,13 @@ def write_plan(
     explicit: Iterable[str],
     recipe: str = AUTO,
     inherited: Iterable[str] = (),
+    lineage: Mapping[str, Any] | None = None,
+    parent_summary: str | Path | None = None,
 ) -> dict[str, Any]:
     """Rule plan_run: the plan of ``run`` from its filtered train cuts, written to ``out``
-    (unchanged content keeps the file as it was) and logged line by line."""
+    (unchanged content keeps the file as it was) and logged line by line. A fine-tuning run's
+    ``lineage`` takes ``parent_lr`` from its parent run's train summary (``parent_summary``:
+    the peak LR it trained with)."""
     import logging
 
     from asrflow.io import write_json
@@ -212,12 +229,29 @@ def write_plan(
     from asrflow.text import TextNormalization
 
     stats = train_stats(train_cuts, TextNormalization.from_dict(normalization), synthetic=synthetic)
-    plan = make_plan(run, stats, explicit=explicit, recipe=recipe, inherited=inherited)
+    if lineage is not None:
+        lineage = {**lineage, "parent_lr": parent_peak_lr(parent_summary)}
+    plan = make_plan(
+        run, stats, explicit=explicit, recipe=recipe, inherited=inherited, lineage=lineage
+    )
     write_json(out, plan)
     log = logging.getLogger(__name__)
     for line in plan_lines(plan):
         log.info("%s", line)
     return plan
+
+
+def parent_peak_lr(summary: str | Path | None) -> float | None:
+    """The peak LR a parent run trained with (``recipe_settings.optim.lr`` of its train
+    summary), or None without a summary."""
+    if summary is None:
+        return None
+    import json
+
+    with open(summary, encoding="utf-8") as f:
+        settings = json.load(f).get("recipe_settings") or {}
+    lr = (settings.get("optim") or {}).get("lr")
+    return float(lr) if lr is not None else None
 
 
 def read_plan(path: str | Path) -> dict[str, Any]:

@@ -11,12 +11,13 @@ plan is made again (and only the runs whose values changed retrain).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from asrflow.recipe.stats import CorpusStats
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -176,13 +177,64 @@ def budget(stats: CorpusStats, batch_seconds: float, speeds: int) -> list[Choice
     ]
 
 
-def choices(stats: CorpusStats) -> list[Choice]:
-    """Every rule's choices for a run whose train split has ``stats``."""
+FINE_TUNING = (
+    # (up to target hours, first fine-tune of a model trained from scratch, the vendor's LR at a
+    # ~1e-3 pretraining peak)
+    (20.0, 1 / 30, 3.0e-5),
+    (math.inf, 1 / 10, 1.0e-4),
+)
+"""The peak LR of a fine-tuning run, as a share of its parent's peak LR and, where the parent's
+is not known (a package from elsewhere), as the absolute value: NVIDIA's fine-tuning guidance
+that our users follow (NeMo/Riva: 1e-4 for large or mixed runs, 3e-5 below ~20 h of target
+audio, ~1e-5 or below for a second refinement), whose models pretrain at a peak near 1e-3: the
+shares carry that ratio to models that pretrain at another peak (asrflow's small tier: 5e-3).
+Not measured here yet (issue 32's measurement)."""
+REFINEMENT_SHARE = 1 / 100
+REFINEMENT_LR = 1.0e-5
+"""A parent that was itself fine-tuned: the guidance's ~1e-5, a hundredth of the first peak."""
+FINE_TUNING_WARMUP = 0.10
+"""Warmup of a fine-tuning run, as a share of its steps: longer than from scratch (2-5 %), so
+that the fresh optimizer's first, badly scaled updates do not undo the pretrained weights
+(Hugging Face's Whisper fine-tuning guide: 500 warmup steps of 5,000). Not measured here."""
+
+
+def fine_tuning(stats: CorpusStats, lineage: Mapping[str, Any]) -> list[Choice]:
+    """The peak LR and warmup of a run that starts from another model (:data:`FINE_TUNING`,
+    :data:`REFINEMENT_SHARE`, :data:`FINE_TUNING_WARMUP`). ``lineage``: ``generation`` (0: the
+    parent trained from scratch; 1 or more: it was itself fine-tuned), ``parent`` (its name)
+    and ``parent_lr`` (its peak LR, or None when not known)."""
+    parent = lineage.get("parent") or "the starting model"
+    parent_lr = lineage.get("parent_lr")
+    if lineage.get("generation", 0) >= 1:
+        share, absolute = REFINEMENT_SHARE, REFINEMENT_LR
+        why = f"a second refinement ({parent} was itself fine-tuned)"
+    else:
+        up_to, share, absolute = next(row for row in FINE_TUNING if stats.hours <= row[0])
+        why = f"fine-tuning on {stats.hours:.2f} h ({'<' if up_to < math.inf else '>='} 20 h)"
+    if parent_lr:
+        lr = float(f"{parent_lr * share:.3g}")
+        reason = f"{why}: 1/{round(1 / share)} of {parent}'s peak {parent_lr:g}"
+    else:
+        lr = absolute
+        reason = f"{why}: the guidance's {absolute:g} ({parent}'s peak LR is not known)"
+    return [
+        Choice("optim.lr", lr, reason),
+        Choice("scheduler.warmup", FINE_TUNING_WARMUP, f"{FINE_TUNING_WARMUP:.0%}: {why}"),
+    ]
+
+
+def choices(stats: CorpusStats, lineage: Mapping[str, Any] | None = None) -> list[Choice]:
+    """Every rule's choices for a run whose train split has ``stats``; ``lineage`` (a run that
+    starts from another model, :func:`fine_tuning`) replaces the LR and warmup of the size
+    tier."""
     out = frontend(stats)
     n_mels = next(c.value for c in out if c.key == "frontend_conf.n_mels")
     aug = augmentation(stats, n_mels)
     out += aug
     sizes = model(stats)
+    if lineage is not None:
+        tuned = {c.key: c for c in fine_tuning(stats, lineage)}
+        sizes = [tuned.get(c.key, c) for c in sizes]
     out += sizes
     batch = next(c.value for c in sizes if c.key == "batching.max_duration")
     speeds = len(next(c.value for c in aug if c.key == "augmentation.speed_perturb"))

@@ -28,7 +28,7 @@ import fnmatch
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +37,10 @@ from asrflow.errors import AsrflowError
 from asrflow.export.find import (
     PACKAGE_MANIFEST,
     check_token_list,
+    find_config,
     find_weights,
     package_weights,
+    read_token_list,
 )
 from asrflow.hashing import sha256_file
 from asrflow.types import Pathlike
@@ -48,7 +50,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INIT_KEYS = ("model", "include", "exclude", "architecture", "reuse_tokenizer")
+OUTPUT_LAYERS = ("ctc.ctc_lo.*", "decoder.embed.*", "decoder.output_layer.*")
+"""ESPnet's layers with one row per token: a run whose token list differs from its starting
+model's starts them fresh (:func:`vocabulary`)."""
+NEW_VOCABULARY_HOURS = 50
+"""Below about this much target audio, keep the starting model's tokenizer: NVIDIA Riva's
+fine-tuning guidance, which our users follow (a new output layer learns from the target data
+alone)."""
+
+INIT_KEYS = ("model", "include", "exclude", "architecture", "reuse_tokenizer", "freeze")
 """The keys of ``runs.<run>.init`` (besides ``run``, which the config resolves to ``model``)."""
 
 
@@ -64,6 +74,8 @@ class InitConfig:
     """``package`` or ``recipe``: where the model's keys came from
     (:mod:`asrflow.recipe.inherit`)."""
     reuse_tokenizer: bool
+    freeze: tuple[str, ...]
+    """Parameters that keep their starting values (:func:`freeze`)."""
     run: str | None = None
     """``init.run``: the run whose selected package ``model`` is (``None``: a path given)."""
 
@@ -89,6 +101,7 @@ class InitConfig:
             exclude=tuple(d["exclude"]),
             architecture=str(d["architecture"]),
             reuse_tokenizer=bool(d["reuse_tokenizer"]),
+            freeze=tuple(d["freeze"]),
             run=d.get("run"),
         )
 
@@ -210,8 +223,9 @@ def apply_init(
     record:
     ``model``, ``weights`` (the file), ``weights_sha256``, ``loaded_keys``, ``skipped_keys``
     (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
-    ``exclude``, ``reuse_tokenizer``, and the lineage: ``run`` (``init.run``) and ``package``
-    (:func:`_package_lineage`).
+    ``exclude`` (with the output layers a new token list starts fresh), ``reuse_tokenizer``,
+    ``vocabulary`` (:func:`vocabulary`), what :func:`freeze` froze, and the lineage: ``run``
+    (``init.run``) and ``package`` (:func:`_package_lineage`).
     """
     cfg = InitConfig.from_dict(init_cfg)
     weights = find_weights(cfg.model)
@@ -220,6 +234,7 @@ def apply_init(
             raise AsrflowError("init.reuse_tokenizer is true but no run token list was given")
         check_token_list(cfg.model, tokens)
     digest = _checked_digest(cfg, weights)
+    vocab, cfg = vocabulary(cfg, tokens)
     state = load_model_state(weights)
     selected, skipped = _select(state, cfg, weights)
     target = model.state_dict()
@@ -240,6 +255,8 @@ def apply_init(
         # the lineage: the parent run, and what an asrflow package says it was made from
         "run": cfg.run,
         "package": _package_lineage(Path(cfg.model)),
+        "vocabulary": vocab,
+        **freeze(model, cfg.freeze),
     }
     numel = sum(state[k].numel() for k in selected)
     log.info(
@@ -256,6 +273,78 @@ def apply_init(
         _prefixes(fresh),
     )
     return record
+
+
+def vocabulary(cfg: InitConfig, tokens: Pathlike | None) -> tuple[dict[str, Any], InitConfig]:
+    """The run's token list against the starting model's, and ``cfg`` to load with: when they
+    differ (a new tokenizer, an explicit choice: ``tokenizer: init`` keeps the model's), the
+    :data:`OUTPUT_LAYERS` join ``exclude``, so that they start fresh instead of mapping the new
+    tokens to the old rows (a same-sized list would load silently and decode garbage). The
+    record: ``run_tokens``, ``model_tokens`` (``None``: the model carries no token list),
+    ``same`` and ``output_layers`` (``loaded`` or ``fresh``)."""
+    if tokens is None:
+        return {}, cfg
+    ours = [line for line in Path(tokens).read_text(encoding="utf-8").splitlines() if line]
+    config = find_config(cfg.model)
+    theirs = read_token_list(config) if config is not None else None
+    record: dict[str, Any] = {"run_tokens": len(ours), "model_tokens": None, "same": None}
+    if theirs is None:
+        return {**record, "output_layers": "loaded"}, cfg
+    record.update(model_tokens=len(theirs), same=ours == theirs)
+    if record["same"]:
+        return {**record, "output_layers": "loaded"}, cfg
+    log.warning(
+        "init: the run's token list (%d tokens) is not the starting model's (%d): its output "
+        "layers (%s) start fresh. Below ~%d h of target audio keep the model's own tokenizer "
+        "(runs.<run>.tokenizer: init, the default of a fine-tuning run)",
+        len(ours),
+        len(theirs),
+        ", ".join(OUTPUT_LAYERS),
+        NEW_VOCABULARY_HOURS,
+    )
+    extra = tuple(p for p in OUTPUT_LAYERS if not _matches(p.replace("*", "weight"), cfg.exclude))
+    return {**record, "output_layers": "fresh"}, replace(cfg, exclude=cfg.exclude + extra)
+
+
+def frozen(name: str, patterns: Sequence[str]) -> bool:
+    """Whether parameter ``name`` is frozen by ``patterns``: one matches it (fnmatch) or is a
+    module prefix of it (``encoder`` freezes ``encoder.embed.conv.0.weight``, as ESPnet's
+    ``--freeze_param`` does)."""
+    return any(fnmatch.fnmatchcase(name, p) or name.startswith(f"{p}.") for p in patterns)
+
+
+def freeze(model: torch.nn.Module, patterns: Sequence[str]) -> dict[str, Any]:
+    """Stop the gradient of the parameters ``patterns`` name (:func:`frozen`), after the start
+    weights are loaded. Returns the record for the summary: ``freeze`` (the patterns),
+    ``frozen_tensors``, ``frozen_parameters`` and ``trainable_parameters``. A pattern that
+    matches no parameter is an error listing the model's top-level modules (a typo would
+    otherwise train everything)."""
+    named = dict(model.named_parameters())
+    unmatched = [p for p in patterns if not any(frozen(n, [p]) for n in named)]
+    if unmatched:
+        modules = ", ".join(dict.fromkeys(n.split(".", 1)[0] for n in named))
+        raise AsrflowError(
+            f"init.freeze: {', '.join(map(repr, unmatched))} match(es) no parameter of the "
+            f"run's model; its modules are {modules} (e.g. encoder, or encoder.encoders.0.*)"
+        )
+    count = 0
+    for name, param in named.items():
+        if frozen(name, patterns):
+            param.requires_grad_(False)
+            count += 1
+    n_frozen = sum(p.numel() for p in named.values() if not p.requires_grad)
+    n_all = sum(p.numel() for p in named.values())
+    if patterns:
+        log.info(
+            "init.freeze %s: %d tensors (%d of %d parameters) frozen, %d trainable",
+            list(patterns), count, n_frozen, n_all, n_all - n_frozen,
+        )  # fmt: skip
+    return {
+        "freeze": list(patterns),
+        "frozen_tensors": count,
+        "frozen_parameters": n_frozen,
+        "trainable_parameters": n_all - n_frozen,
+    }
 
 
 def _package_lineage(model: Path) -> dict[str, Any] | None:

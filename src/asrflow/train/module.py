@@ -319,7 +319,9 @@ class AsrModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         from asrflow.train.recipe import scaled_lr
 
-        optimizer = build_optimizer(self.parameters(), self.recipe.optim, scaled_lr(self.recipe))
+        # the parameters init.freeze froze keep their values and get no optimizer state
+        trainable = [p for p in self.parameters() if p.requires_grad]
+        optimizer = build_optimizer(trainable, self.recipe.optim, scaled_lr(self.recipe))
         return {"optimizer": optimizer, "lr_scheduler": build_scheduler(optimizer, self.recipe)}
 
     # --- validation ----------------------------------------------------------------------

@@ -161,6 +161,9 @@ def record_completion(
         status="completed",
         wall_seconds=time.time() - started,
         num_parameters=sum(p.numel() for p in parts["module"].model.parameters()),
+        trainable_parameters=sum(
+            p.numel() for p in parts["module"].model.parameters() if p.requires_grad
+        ),
         num_train_cuts=parts["num_train_cuts"],
         num_dev_cuts=parts["num_dev_cuts"],
         precision=str(trainer.precision),
