@@ -11,7 +11,8 @@ and, for a table whose figures may not exist yet, the command that measures them
 
     <!-- table: docs/figures/real_speech.json | measure: uv run python bench/real_speech.py -->
 
-and, for a table of some of a file's rows, the row key that marks them (``| only: _readme``).
+and, for a table of some of a file's rows, the row key that marks them (``| only: _readme``);
+for some of its columns, their keys (``| columns: machine, date, dev``).
 
 Everything between the two comments is replaced by the rendering of the named JSON file (a path
 relative to the repository root); where the file does not exist, by one line saying "Not
@@ -47,7 +48,7 @@ import importlib.util
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ MARKER = re.compile(
     r"(?P<close><!-- end table -->)",
     re.DOTALL,
 )
-OPTIONS = ("measure", "only")
+OPTIONS = ("measure", "only", "columns")
 
 # benchmarks whose JSON has a layout of its own, rendered by the benchmark's `markdown`
 OWN_RENDERER = {"longform.json": "longform", "real_speech.json": "real_speech"}
@@ -116,11 +117,18 @@ def parse_options(text: str) -> dict[str, str]:
     return options
 
 
-def figures_table(data: dict[str, Any], only: str | None = None) -> str:
+def figures_table(
+    data: dict[str, Any], only: str | None = None, keep: Sequence[str] | None = None
+) -> str:
     """A figures table (the layout in the module docstring) as Markdown; ``only``: just the
-    rows where that key is true, without the notes (they speak of every row)."""
+    rows where that key is true, without the notes (they speak of every row); ``keep``: just
+    these columns, in the file's order."""
     columns = data["columns"]
     keys = {key for key, _ in columns}
+    if keep is not None:
+        if unknown := set(keep) - keys:
+            raise ValueError(f"no such column(s): {sorted(unknown)}")
+        columns = [(key, header) for key, header in columns if key in keep]
     for i, row in enumerate(data["rows"]):
         unknown = {k for k in row if not k.startswith("_")} - keys
         if unknown:
@@ -142,7 +150,11 @@ def figures_table(data: dict[str, Any], only: str | None = None) -> str:
 
 
 def render(
-    path: Path, measure: str | None = None, only: str | None = None, root: Path = REPO
+    path: Path,
+    measure: str | None = None,
+    only: str | None = None,
+    root: Path = REPO,
+    keep: Sequence[str] | None = None,
 ) -> str:
     """The Markdown for one marked table: its JSON rendered, or the "not measured" line."""
     file = root / path
@@ -154,9 +166,9 @@ def render(
         )
     data = json.loads(file.read_text(encoding="utf-8"))
     own = OWN_RENDERER.get(file.name)
-    if own and only:
-        raise ValueError(f"{path}: 'only' works on figures tables, not on {own}'s")
-    text = _bench_markdown(own)(data) if own else figures_table(data, only)
+    if own and (only or keep):
+        raise ValueError(f"{path}: 'only' and 'columns' work on figures tables, not {own}'s")
+    text = _bench_markdown(own)(data) if own else figures_table(data, only, keep)
     return text.rstrip("\n")
 
 
@@ -165,7 +177,8 @@ def render_text(text: str, root: Path = REPO) -> str:
 
     def replace(m: re.Match[str]) -> str:
         options = parse_options(m["options"])
-        body = render(Path(m["path"]), options.get("measure"), options.get("only"), root)
+        keep = [k.strip() for k in options["columns"].split(",")] if "columns" in options else None
+        body = render(Path(m["path"]), options.get("measure"), options.get("only"), root, keep)
         return f"{m['open']}{body}\n{m['close']}"
 
     return MARKER.sub(replace, text)

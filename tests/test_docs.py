@@ -73,6 +73,13 @@ def test_only_keeps_the_marked_rows() -> None:
     assert "| one |" in table and "two" not in table and "A note." not in table
 
 
+def test_columns_keeps_the_named_columns_in_the_files_order() -> None:
+    table = render_tables.figures_table(FIXTURE, keep=["ratio", "what"]).splitlines()
+    assert table[4:7] == ["| what | ratio \\| x |", "|---|---|", "| one | 1.0x |"]
+    with pytest.raises(ValueError, match="no such column"):
+        render_tables.figures_table(FIXTURE, keep=["nope"])
+
+
 def test_a_cell_no_column_names_is_an_error() -> None:
     with pytest.raises(ValueError, match="row 0 has cells no column names: \\['speed2'\\]"):
         render_tables.figures_table({**FIXTURE, "rows": [{"what": "x", "speed2": 1}]})
@@ -83,14 +90,15 @@ def test_marked_tables_are_replaced_and_a_missing_json_says_how_to_measure(
 ) -> None:
     write_fixture(tmp_path)
     text = (
-        "# Page\n\n<!-- table: docs/figures/speed.json | only: _readme -->\nstale\n"
+        "# Page\n\n<!-- table: docs/figures/speed.json | only: _readme | columns: what, speed -->"
+        "\nstale\n"
         "<!-- end table -->\n\nmiddle\n\n"
         "<!-- table: docs/figures/none.json | measure: uv run python bench/x.py -->\n"
         "RESULTS\n<!-- end table -->\n"
     )
     out = render_tables.render_text(text, tmp_path)
     assert "stale" not in out and "RESULTS" not in out
-    assert "| one | 1.5 | 1.0x |" in out and "two" not in out
+    assert "| one | 1.5 |\n" in out and "two" not in out and "1.0x" not in out
     assert (
         "**Not measured yet**: run `uv run python bench/x.py` and copy its JSON to "
         "`docs/figures/none.json`" in out
