@@ -12,7 +12,7 @@
 #      against ESPnet2's trainer and a bare loop (bf16), peak memory and model FLOPs
 #      utilisation (issue 15, section 5; not yet run on a GPU: ~3-5 minutes expected).
 # PY and SNAKEMAKE name the interpreter and Snakemake (default: the project's uv environment).
-# Stages 1-3 took 6 min 8 s on one H200 (README, Training, "On a GPU").
+# Stages 1-3 took 6 min 8 s on one H200 (docs/training.md, "On a GPU").
 set -u
 OUT=${1:-results/gpu_check}
 PY=${PY:-uv run python}

@@ -11,8 +11,8 @@ batches against ESPnet2's length-sorted ones).
 
 What this cannot say: what the bucket count does to accuracy. More buckets mix less (each batch
 holds cuts of one narrow duration range), so the batches change and with them the trained
-weights; judge that on dev WER with seed replicas (``runs.<run>.seeds``, README "Seed
-replicas"), not on one run each. Deterministic: the same cuts, recipe and seed give the same
+weights; judge that on dev WER with seed replicas (``runs.<run>.seeds``, docs/training.md
+"Seed replicas"), not on one run each. Deterministic: the same cuts, recipe and seed give the same
 table on any machine::
 
     uv run python bench/padding_sweep.py [--buckets 10,20,30] [--epochs 3] [--set KEY=VALUE]

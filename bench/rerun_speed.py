@@ -543,7 +543,8 @@ def main() -> None:
     )
     coreutils = (sh(["sha256sum", "--version"]).splitlines() or ["no sha256sum"])[0]
     out(f"software:  python {sys.version.split()[0]}, snakemake {snakemake_version}, {coreutils}")
-    out(f"load avg:  {load_average()} (1/5/15 min, at start)")
+    load_before = load_average()
+    out(f"load avg:  {load_before} (1/5/15 min, at start)")
     out(
         f"sizes:     hash {args.gigabytes:g} GB, re-check {args.files:,} files, "
         f"dry run {args.utterances:,} utterances; {args.rounds} hashing rounds, "
@@ -568,6 +569,14 @@ def main() -> None:
         out(note)
     out(f"scontrol show config (the SLURM plugin's query in every snakemake call): {scontrol_text}")
     out(f"load avg at the end: {load_average()}")
+    from figures import figures_json, write_figures  # bench/, beside this script
+
+    columns = [("figure", "figure"), ("measured", "measured"), ("goal", "goal"), ("met", "verdict")]
+    rows = [dict(zip(("figure", "measured", "goal", "met"), r, strict=True)) for r in figures.rows]
+    notes = [*figures.notes, f"scontrol show config: {scontrol_text}"]
+    settings = {k: str(v) for k, v in vars(args).items()}
+    data = figures_json(columns, rows, load_before=load_before, notes=notes, settings=settings)
+    write_figures("rerun_speed", data)
 
 
 if __name__ == "__main__":

@@ -245,6 +245,7 @@ def main() -> None:
     if args.quick:
         args.utterances, args.max_cuts = 10_000, 4_000
     args.workdir = args.workdir.absolute()
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     setup = prepare(args)
     print(
         f"{setup['num_cuts']} train cuts in {setup['num_shards']} shards of {args.shard_size} "
@@ -287,6 +288,38 @@ def main() -> None:
             f"{fs:<6} {w:>7} {cache:<5} {fr:>12,.0f} {sr:>13,.0f} "
             f"{f['audio'] / f['wall']:>15,.0f} {s['audio'] / s['wall']:>16,.0f} {sr / fr:>12.2f}x"
         )
+    write_json(args, setup, rows, load_before)
+
+
+def write_json(args: argparse.Namespace, setup: dict, rows: list, load_before: str) -> None:
+    """results/bench/shard_speed.json: a row per filesystem, worker count and cache state."""
+    from figures import figures_json, write_figures  # bench/, beside this script
+
+    columns = [
+        ("fs", "filesystem"),
+        ("workers", "loader workers"),
+        ("cache", "page cache"),
+        ("per_file", "per-file cuts/s"),
+        ("shards", "shards cuts/s"),
+        ("ratio", "shards / per-file"),
+    ]
+    table = []
+    for fs, w, cache, r in rows:
+        fr, sr = (r[m]["cuts"] / r[m]["wall"] for m in ("files", "shards"))
+        fs_name = "local disk" if fs == "local" else f"{args.open_delay_us / 1000:g} ms per open"
+        table.append(
+            {"fs": fs_name, "workers": w, "cache": cache, "per_file": f"{fr:,.0f}",
+             "shards": f"{sr:,.0f}", "ratio": f"{sr / fr:.2f}x"}
+        )  # fmt: skip
+    note = (
+        f"{setup['num_cuts']} cuts in {setup['num_shards']} shards of {args.shard_size} "
+        f"({args.audio_format}), written in {setup['write_seconds']:.1f} s; "
+        f"{setup['audio_mb']:.0f} MB of WAV -> {setup['shard_mb']:.0f} MB of shards; "
+        f"{args.max_cuts} cuts a pass."
+    )
+    settings = {k: str(v) for k, v in vars(args).items()}
+    data = figures_json(columns, table, load_before=load_before, notes=[note], settings=settings)
+    write_figures("shard_speed", data)
 
 
 if __name__ == "__main__":

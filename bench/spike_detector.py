@@ -14,7 +14,7 @@ utterance's loss per token under the final weights, where the planted ones stand
 The data half (synthesis, import, validation, filter, tokenizer) runs with Snakemake in the
 work directory first (~1 minute); runs resume from their work directories when rerun. ``--steps``
 below the recipe's ``trainer.max_steps`` trains a shorter run (its own cosine schedule). The two
-full runs took 85 minutes on a shared 2-core machine (README, "Loss spikes").
+full runs took 85 minutes on a shared 2-core machine (docs/training.md, "Loss spikes").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # Data half of the DAG: (synthesize) -> import -> (holdout) -> validate (gate) -> filter.
 # import runs once per split, so a change to one split's manifest re-imports only that split;
 # validate and holdout are checkpoints, so after they run Snakemake re-evaluates what depends on
-# them and skips every split whose cuts came out byte-identical (see README, "Reruns").
+# them and skips every split whose cuts came out byte-identical (see docs/provenance.md).
 
 
 rule synthesize_corpus:

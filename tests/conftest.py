@@ -39,8 +39,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``--numprocesses=auto`` (pyproject's addopts): one worker more than this process may use
     CPU cores. The end-to-end modules spend part of their time waiting, not computing (SLURM
     submission and status polls, Snakemake starting each job), so one worker per core leaves
-    cores idle; measured on the 2-core CI machine kind, from clean clones of 4b239f9: see the
-    README's Development section."""
+    cores idle; measured on the 2-core CI machine kind, from clean clones of 4b239f9: see
+    docs/development.md and docs/figures/test_suite.json."""
     return len(os.sched_getaffinity(0)) + 1
 
 

@@ -15,8 +15,8 @@ each case the test asserts:
 Config faults stop the workflow before any job runs; each is one dry run. Training-time faults
 (NaN audio, a misfit init package, a token list that does not match its tokenizer, damaged
 checkpoints, a disk that fills) run through the training rules of a second workflow of three
-tiny runs, those planted after training each on a private copy of it. The README's "Validation:
-what stops the workflow" lists this catalogue.
+tiny runs, those planted after training each on a private copy of it. docs/validation.md lists this
+catalogue.
 """
 
 from __future__ import annotations

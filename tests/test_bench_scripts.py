@@ -1,6 +1,6 @@
 """Every benchmark script still parses its arguments (a bench nobody runs rots: issue 12 found
 bench/spike_detector.py broken for weeks). The figures themselves come from running them:
-bench/run_all.sh, README "Performance"."""
+bench/run_all.sh, docs/performance.md."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def test_a_borderline_difference_both_call_not_significant(bench, tmp_path) -> N
 
 @needs_sctk
 def test_a_boundary_case_where_the_two_tests_disagree(bench, tmp_path) -> None:
-    """Kept visible (README, "Cross-check with SCTK"): the same scenario with seed 2. asrflow:
+    """Kept visible (docs/evaluation.md, SCTK): the same scenario with seed 2. asrflow:
     -1.51 points [-3.00, +0.13], not significant; MAPSSWE: Z -1.976 (p 0.048), significant.
     Both sit at the 5 % boundary, from two different statistics of the same errors."""
     a, b = bench.simulated_pair(tmp_path, "10 % vs 12 %", 0.10, 0.12, 2, 300)

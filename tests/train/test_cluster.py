@@ -178,7 +178,7 @@ def test_multi_node_run_in_one_task_names_the_fix():
     message = str(err.value)
     assert "one task per device started by srun" in message
     assert "srun --nodes 2 --ntasks-per-node 4" in message
-    assert "launcher: srun" in message and "README, 'Running on a SLURM cluster'" in message
+    assert "launcher: srun" in message and "docs/slurm.md, 'Several nodes'" in message
     with pytest.raises(AsrflowError, match=r"spans 2 node\(s\) \(SLURM_NNODES\)"):
         detect_cluster(devices=2, num_nodes=1, env=slurm(1, 1, 2, procid=0))
 

@@ -210,7 +210,7 @@ def _one_task_job(
             f"started by srun (srun --nodes {num_nodes} --ntasks-per-node {devices}); through "
             "the Snakemake SLURM profile, give the run launcher: srun (or auto, the default) in "
             "runs.<run>.resources, and the train job starts its ranks that way "
-            "(asrflow.train.launch; README, 'Running on a SLURM cluster', 'Several nodes')"
+            "(asrflow.train.launch; docs/slurm.md, 'Several nodes')"
         )
     if nnodes != 1:
         raise AsrflowError(

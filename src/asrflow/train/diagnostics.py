@@ -10,7 +10,7 @@
   utterance's blames and appearances are tallied over the run, and :meth:`Diagnostics.suspects`
   lists the utterances blamed more often than chance explains, worst first: a corrupt file or a
   wrong transcript is blamed again and again once the model has learnt enough, a clean one
-  rarely more than once (measured on the demo: README, "Loss spikes").
+  rarely more than once (measured on the demo: docs/training.md, "Loss spikes").
 
 How an utterance is judged (:meth:`Diagnostics.observe_loss`). Its loss is per target token,
 from the training forward itself (ESPnet's CTC computes one loss per utterance before it averages

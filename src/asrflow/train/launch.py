@@ -213,7 +213,7 @@ def srun_train(
         raise AsrflowError(
             f"run {spec.name} is to start its ranks with srun (runs.<run>.resources: launcher "
             "srun, or nodes > 1), but there is no srun here: run it through the SLURM profile "
-            "(README, 'Running on a SLURM cluster'), or set launcher: lightning on one node"
+            "(docs/slurm.md), or set launcher: lightning on one node"
         )
     path = write_job(
         job_file(work_dir),
