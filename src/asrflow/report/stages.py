@@ -16,7 +16,14 @@ from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
 from asrflow.report.changes import baseline_of
 from asrflow.report.comparison import comparison_table
 from asrflow.report.differences import EvalKey, Replicas
-from asrflow.report.plots import plot_learning_curves, plot_slice_wer, plot_wer_differences
+from asrflow.report.figures import DIFFERENCES, PageFigure, figures_from_files
+from asrflow.report.plots import (
+    plot_learning_curves,
+    plot_slice_wer,
+    plot_wer_differences,
+    png_bytes,
+    wer_difference_figure,
+)
 from asrflow.report.replicas import replica_table
 from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code
@@ -38,6 +45,7 @@ def build_report(
     baseline_run: str | None = None,
     replicas: Replicas | None = None,
     replicas_path: Pathlike | None = None,
+    plots: Sequence[Pathlike] = (),
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
@@ -48,7 +56,11 @@ def build_report(
     come in config order): the run every other is compared with, what differs from it read from
     the train summaries and their provenance records. ``replicas`` (:func:`asrflow.replicas.
     replica_runs`): which runs are seed replicas of which; their mean, spread and interval go to
-    ``replicas_path`` (:func:`asrflow.report.replicas.replica_table`) and the tables."""
+    ``replicas_path`` (:func:`asrflow.report.replicas.replica_table`) and the tables.
+    ``plots``: the PNGs of the plot rules (learning curves, slice plots, batch audits;
+    :func:`asrflow.report.figures.figure_kind`) that the HTML page inlines, with the forest plot
+    of the WER differences drawn here from the table (the same figure rule ``plot_differences``
+    writes from its CSV)."""
     checkout = Checkout()
     trains: dict[str, dict] = {}
     records: dict[str, dict] = {}
@@ -86,7 +98,20 @@ def build_report(
     if replicas_path is not None:
         write_text(replicas_path, aggregated.to_csv(index=False, lineterminator="\n"))
     plans = {run: t["plan"] for run, t in trains.items() if t.get("plan")}
-    write_report_tables(df, csv_path, md_path, html_path, replicas=aggregated, plans=plans)
+    figures = [
+        PageFigure(DIFFERENCES, png_bytes(wer_difference_figure(df))),
+        *figures_from_files(plots),
+    ]
+    write_report_tables(
+        df,
+        csv_path,
+        md_path,
+        html_path,
+        replicas=aggregated,
+        plans=plans,
+        selections=selected,
+        figures=figures,
+    )
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
         len(df),
