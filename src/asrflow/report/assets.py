@@ -28,7 +28,8 @@ main { max-width: """
     + str(MAX_WIDTH)
     + """px; margin: 0 auto; padding: 12px 20px 40px; }
 h1 { font-size: 1.5em; margin: 0.2em 0 0.1em; }
-h2 { font-size: 1.2em; margin: 1.6em 0 0.5em; padding-bottom: 0.2em;
+.top { display: flex; flex-wrap: wrap; align-items: baseline; gap: 0 16px; }
+h2 { font-size: 1.2em; margin: 1.3em 0 0.5em; padding-bottom: 0.2em;
      border-bottom: 1px solid var(--line); }
 h3 { font-size: 1.02em; margin: 1.1em 0 0.4em; }
 p, li { overflow-wrap: anywhere; }
@@ -53,8 +54,16 @@ nav a:hover { text-decoration: underline; }
 .card table { width: 100%; border-collapse: collapse; font-size: 0.92em; margin: 0.2em 0; }
 .card th, .card td { text-align: left; padding: 2px 4px; border-bottom: 1px solid var(--soft);
                      vertical-align: top; overflow-wrap: anywhere; }
-.card th { color: var(--muted); font-weight: 600; }
+.card th { color: var(--muted); font-weight: 600; white-space: nowrap; }
+.card td.wer, .card td.vs { overflow-wrap: normal; }
+.card td.set { overflow-wrap: break-word; }
+.card .fig { font-weight: 600; font-variant-numeric: tabular-nums; }
+.card .ci { color: var(--muted); font-size: 0.88em; font-variant-numeric: tabular-nums; }
+.card table.seeds { table-layout: fixed; }
+.card table.seeds th:first-child { width: 3em; }
+.card table.seeds code { overflow-wrap: anywhere; }
 .card .line { margin: 0.35em 0 0; overflow-wrap: anywhere; }
+.card .gate .note { font-size: 0.86em; }
 .card .label { color: var(--muted); }
 .card .error { color: var(--bad); font-family: ui-monospace, monospace; font-size: 0.9em;
                white-space: pre-wrap; overflow-wrap: anywhere; }
@@ -76,7 +85,7 @@ dl.settings dd { margin: 0; overflow-wrap: anywhere; }
 figure { margin: 0; min-width: 0; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line);
              border-radius: 4px; }
-figure.wide img { max-width: min(100%, 1000px); }
+figure.wide img { max-width: min(100%, 860px); }
 figcaption { color: var(--muted); font-size: 0.88em; margin-top: 0.3em; }
 figcaption b { color: var(--ink); }
 table.results { width: 100%; border-collapse: collapse; font-size: 0.9em; margin: 0.3em 0; }

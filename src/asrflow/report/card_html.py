@@ -50,29 +50,41 @@ def _line(label: str, body: str, css: str = "line") -> str:
     return f'<p class="{css}"><span class="label">{_e(label)}</span> {body}</p>\n'
 
 
-def results_table(results: tuple[Result, ...], compared: bool) -> str:
+def figure_cell(text: str, note: str = "") -> str:
+    """A rate with its interval on two lines: ``"12.20 [10.10, 14.50]"`` as the figure, then
+    the interval (and ``note``) small."""
+    point, _, interval = text.partition(" [")
+    lines = [f'<span class="fig">{_e(point)}</span>']
+    lines += [f'<span class="ci">[{_e(interval)}</span>'] if interval else []
+    lines += [f'<span class="ci">{_e(note)}</span>'] if note else []
+    return "<br>".join(lines)
+
+
+def results_table(results: tuple[Result, ...], compared: bool, baseline: bool = False) -> str:
     """The card's WER per eval set (dev first), with its difference to the baseline run where
-    there is another run (``compared``)."""
+    there is another run (``compared``; ``baseline``: the card is the baseline run's)."""
     if not results:
         return ""
-    heads = "<th>eval set</th><th>WER % [95 % CI]</th>"
+    heads = "<th>eval set</th><th>WER % (95 % CI)</th>"
     heads += "<th>vs baseline</th>" if compared else ""
     rows = []
     for r in results:
-        role = f" {badge(r.role)}" if r.role else ""
-        wer = _e(r.wer) + (f'<br><span class="note">{_e(r.spread)}</span>' if r.spread else "")
-        cells = f'<td>{_e(r.eval_set)}{role}</td><td class="wer">{wer}</td>'
-        if compared:
-            verdict = (
-                f"<br>{badge(r.verdict, _VERDICT_CLASS.get(r.verdict, ''))}" if r.verdict else ""
-            )
-            cells += f"<td>{_e(r.vs_baseline)}{verdict}</td>"
+        role = f"<br>{badge(r.role)}" if r.role else ""
+        cells = f'<td class="set">{_e(r.eval_set)}{role}</td>'
+        cells += f'<td class="wer">{figure_cell(r.wer, r.spread)}</td>'
+        if compared and baseline:
+            cells += '<td class="vs"><span class="ci">the baseline</span></td>'
+        elif compared:
+            verdict = badge(r.verdict, _VERDICT_CLASS.get(r.verdict, "")) if r.verdict else ""
+            cells += f'<td class="vs">{figure_cell(r.vs_baseline)}'
+            cells += f"<br>{verdict}</td>" if verdict else "</td>"
         rows.append(f'<tr data-eval-set="{_e(r.eval_set)}">{cells}</tr>')
     return f"<table><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>\n"
 
 
 def gate_html(gate: Gate | None) -> str:
-    """The selection gate's decision and its significance, with the reason in words."""
+    """The selection gate's decision and its significance where it was computed (else the
+    reason in words); the whole reason as the line's tooltip."""
     if gate is None:
         return ""
     badges = badge(gate.decision, _DECISION_CLASS.get(gate.decision, "warn"))
@@ -83,34 +95,35 @@ def gate_html(gate: Gate | None) -> str:
         )
     if gate.required:
         badges += " " + badge("significance required")
-    sig = f'<br><span class="note">{_e(gate.significance)}</span>' if gate.significance else ""
+    words = gate.significance or gate.reason
     return (
-        f'<div class="gate" data-decision="{_e(gate.decision)}">'
-        + _line("Gate", f'{badges}<br><span class="note">{_e(gate.reason)}</span>{sig}')
+        f'<div class="gate" data-decision="{_e(gate.decision)}" title="{_e(gate.reason)}">'
+        + _line("Gate", f'{badges}<br><span class="note">{_e(words)}</span>')
         + "</div>\n"
     )
 
 
 def seeds_table(seeds: tuple[Seed, ...]) -> str:
-    """A line per replica of a replicated run: its seed, selected artifact (or why it failed)
-    and WER per eval set."""
+    """A line per replica of a replicated run: its seed, selected artifact and the gate's
+    decision (or why it failed) and its WER % per eval set."""
     if not seeds:
         return ""
+    sets = list(dict.fromkeys(e for s in seeds for e, _ in s.wers))
     rows = []
     for s in seeds:
+        wers = dict(s.wers)
         if s.status == "failed":
             pick = badge("failed", "bad") + f' <span class="error">{_e(s.error)}</span>'
+            cells = f'<td colspan="{1 + len(sets)}">{pick}</td>'
         else:
             pick = f"<code>{_e(s.selected or '-')}</code>"
-            pick += f" {badge(s.decision)}" if s.decision else ""
-        wers = "<br>".join(f"{_e(e)}: {_e(w)}" for e, w in s.wers)
-        rows.append(
-            f'<tr class="seed" data-run="{_e(s.run)}"><td>{_e(s.seed)}</td><td>{pick}</td>'
-            f"<td>{wers}</td></tr>"
-        )
+            pick += f"<br>{badge(s.decision)}" if s.decision else ""
+            cells = f"<td>{pick}</td>" + "".join(f"<td>{_e(wers.get(e, ''))}</td>" for e in sets)
+        rows.append(f'<tr class="seed" data-run="{_e(s.run)}"><td>{_e(s.seed)}</td>{cells}</tr>')
+    heads = "".join(f"<th>{_e(e)}</th>" for e in sets)
     return (
-        '<table class="seeds"><thead><tr><th>seed</th><th>selected</th><th>WER %</th></tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>\n"
+        '<table class="seeds"><thead><tr><th>seed</th><th>selected</th>'
+        f"{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>\n"
     )
 
 
@@ -157,7 +170,7 @@ def card_html(card: RunCard, compared: bool) -> str:
         )
     if card.error:
         out += _line("Failed:", f'<span class="error">{_e(card.error)}</span>')
-    out += results_table(card.results, compared)
+    out += results_table(card.results, compared, card.baseline)
     out += gate_html(card.gate)
     out += seeds_table(card.seeds)
     if card.change and compared:

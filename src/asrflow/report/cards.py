@@ -56,6 +56,9 @@ class Result:
     role: str
     """``"dev"`` (what the run selected on), ``"test"``, or ``""`` without a selection."""
     wer: str
+    """WER % with its 95 % interval: ``"12.20 [10.10, 14.50]"``."""
+    point: str = ""
+    """WER % alone: ``"12.20"``."""
     cer: str = ""
     vs_baseline: str = ""
     verdict: str = ""
@@ -86,7 +89,7 @@ class Seed:
     selected: str
     decision: str
     wers: tuple[tuple[str, str], ...]
-    """``(eval_set, WER with interval)`` of its selected artifact."""
+    """``(eval_set, WER %)`` of its selected artifact."""
     error: str = ""
 
 
@@ -130,8 +133,11 @@ def gate_of(selection: Mapping[str, Any] | None) -> Gate | None:
     level = f"{100 * float(sig.get('level', 0.95)):g} %"
     verdict = "significant" if sig.get("significant") else "not significant"
     interval = with_interval(sig.get("wer_diff"), sig.get("ci_low"), sig.get("ci_high"), "+")
-    text = f"dev WER {sig.get('artifact')} - {sig.get('against')}: {interval} points, {verdict}"
-    return Gate(decision, reason, f"{text} at {level}", bool(sig.get("significant")), required)
+    text = (
+        f"{sig.get('artifact')} - {sig.get('against')} on {selection.get('eval_set')}: "
+        f"{interval} points ({level} interval), {verdict}"
+    )
+    return Gate(decision, reason, text, bool(sig.get("significant")), required)
 
 
 def verdict(diff: Any, low: Any, high: Any) -> str:
@@ -158,6 +164,7 @@ def _results(rows: pd.DataFrame, selection: Mapping[str, Any] | None) -> tuple[R
             eval_set=r.eval_set,
             role=_roles(selection, r.eval_set),
             wer=with_interval(r.wer, r.wer_ci_low, r.wer_ci_high),
+            point=points(r.wer),
             cer=with_interval(r.cer, r.cer_ci_low, r.cer_ci_high),
             vs_baseline=with_interval(
                 r.wer_diff_vs_baseline,
@@ -262,7 +269,7 @@ def _seed(card: RunCard, seed: Any) -> Seed:
         status=card.status,
         selected=card.selected,
         decision=card.gate.decision if card.gate else "",
-        wers=tuple((r.eval_set, r.wer) for r in card.results),
+        wers=tuple((r.eval_set, r.point) for r in card.results),
         error=card.error,
     )
 
@@ -278,6 +285,7 @@ def replica_card(
             eval_set=s.eval_set,
             role=roles.get(s.eval_set, ""),
             wer=with_interval(s.wer_mean, s.wer_mean_ci_low, s.wer_mean_ci_high),
+            point=points(s.wer_mean),
             vs_baseline=with_interval(
                 s.wer_diff_vs_baseline,
                 s.wer_diff_vs_baseline_ci_low,
@@ -294,7 +302,6 @@ def replica_card(
         for s in summary.itertuples()
     )
     statuses = {m.status for m in members}
-    changes = list(dict.fromkeys(m.change for m in members))
     missing_runs = _unique(summary["missing"]) if len(summary) else []
     return RunCard(
         name=name,
@@ -304,7 +311,7 @@ def replica_card(
         selected_sha="",
         results=tuple(sorted(results, key=lambda r: (r.role != "dev", r.eval_set))),
         gate=None,
-        change=changes[0] if len(changes) == 1 else "; ".join(c for c in changes if c),
+        change=members[0].change if members else "",
         confounded=any(m.confounded for m in members),
         error="",
         notes=tuple(f"replicas without a result: {m}" for m in missing_runs),

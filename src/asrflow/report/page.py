@@ -175,32 +175,47 @@ def archived_tables(df: pd.DataFrame) -> str:
     return "".join(out) + "</details>\n"
 
 
-def figure_html(figure: PageFigure, label: str = "", wide: bool = False) -> str:
-    """``<figure>`` of a PNG inlined as a data URI, with its title (and ``label``) and caption."""
+def figure_html(
+    figure: PageFigure, label: str = "", wide: bool = False, caption: bool = True
+) -> str:
+    """``<figure>`` of a PNG inlined as a data URI, with its title (and ``label``) and, with
+    ``caption``, what it shows."""
     title = f"{figure.title}: {label}" if label else figure.title
+    words = f" {_e(figure.caption)}" if caption else ""
     return (
         f'<figure class="{"wide" if wide else "plot"}" data-kind="{_e(figure.kind)}">'
         f'<img src="{figure.data_uri()}" alt="{_e(title)}">'
-        f"<figcaption><b>{_e(title)}.</b> {_e(figure.caption)}</figcaption></figure>\n"
+        f"<figcaption><b>{_e(title)}.</b>{words}</figcaption></figure>\n"
     )
+
+
+def _first(figure: PageFigure, explained: set[str]) -> bool:
+    """Whether ``figure`` is the first of its kind (then its kind is in ``explained``)."""
+    first = figure.kind not in explained
+    explained.add(figure.kind)
+    return first
 
 
 def figures_html(cards: Sequence[RunCard], figures: Iterable[PageFigure]) -> str:
     """The forest plot, then each card's figures (a replicated run: its replicas'), in the
-    order of the cards."""
+    order of the cards; what a kind of figure shows is said under its first one."""
     figures = list(figures)
     if not figures:
         return ""
     out = ['<h2 id="figures">Figures</h2>\n']
     out += [figure_html(f, wide=True) for f in figures if f.kind == DIFFERENCES]
     shown: set[int] = set()
+    explained: set[str] = set()
     for card in cards:
         runs = [s.run for s in card.seeds] or [card.name]
         mine = [(i, f) for i, f in enumerate(figures) if f.run in runs and f.kind != DIFFERENCES]
         if not mine:
             continue
         shown.update(i for i, _ in mine)
-        items = "".join(figure_html(f, f.run if card.seeds else "") for _, f in mine)
+        items = "".join(
+            figure_html(f, f.run if card.seeds else "", caption=_first(f, explained))
+            for _, f in mine
+        )
         out.append(
             f'<h3 id="figures-{slug(card.name)}">{_e(card.name)}</h3>\n'
             f'<div class="figures">\n{items}</div>\n'
@@ -282,7 +297,8 @@ def report_html(
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>Model comparison</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
-        f"<h1>Model comparison</h1>\n{_lede(df, cards)}{_nav(sections)}{warnings_html(df)}"
+        f'<div class="top"><h1>Model comparison</h1>\n{_lede(df, cards)}</div>\n'
+        f"{_nav(sections)}{warnings_html(df)}"
         f'<h2 id="runs">Runs</h2>\n<div class="cards">\n{cards_html}</div>\n'
         f"{figures_html(cards, figures)}"
         f'<h2 id="results">Results by eval set</h2>\n{eval_set_tables(df, selections)}'
