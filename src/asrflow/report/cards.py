@@ -142,8 +142,8 @@ def gate_of(selection: Mapping[str, Any] | None) -> Gate | None:
 
 def verdict(diff: Any, low: Any, high: Any) -> str:
     """:data:`BETTER`, :data:`WORSE` or :data:`UNCLEAR` for a WER difference to the baseline
-    with its interval; ``""`` where there is none or it is the baseline's own (0 [0, 0])."""
-    if missing(diff) or missing(low) or missing(high) or (low == high == 0):
+    with its interval; ``""`` where there is none."""
+    if missing(diff) or missing(low) or missing(high):
         return ""
     if high < 0:
         return BETTER
@@ -188,15 +188,16 @@ def _unique(values: pd.Series) -> list[str]:
 
 
 def _per(rows: pd.DataFrame, key: str, column: str, fmt: Any = as_text) -> str:
-    """``column`` of ``rows`` once if it is the same everywhere, else per ``key`` value."""
-    if rows.empty:
-        return ""
-    pairs = rows[[key, column]].drop_duplicates()
-    pairs = pairs[pairs[column].map(lambda v: not missing(v))]
-    values = list(dict.fromkeys(fmt(v) for v in pairs[column]))
-    if len(values) <= 1:
-        return values[0] if values else ""
-    return "; ".join(f"{k}: {fmt(v)}" for k, v in pairs.itertuples(index=False))
+    """``column`` of ``rows`` once if it is the same everywhere, else each value with the
+    ``key`` values that have it: ``"greedy_ctc (demo.dev); beam (demo.test)"``."""
+    keys: dict[str, list[str]] = {}
+    for k, v in rows[[key, column]].itertuples(index=False):
+        if not missing(v):
+            have = keys.setdefault(fmt(v), [])
+            have += [] if k in have else [str(k)]
+    if len(keys) <= 1:
+        return next(iter(keys), "")
+    return "; ".join(f"{v} ({', '.join(k)})" for v, k in keys.items())
 
 
 def details_of(rows: pd.DataFrame) -> Details:
@@ -205,10 +206,9 @@ def details_of(rows: pd.DataFrame) -> Details:
     eval cuts, and the training's budget and size. Empty values are left out."""
     first = rows.iloc[0]
     evaluated = rows[rows["eval_set"] != NONE]
-    label = evaluated.assign(where=evaluated["artifact"] + " on " + evaluated["eval_set"])
     batch = first["effective_batch_seconds"]
     items = [
-        ("decoding", _per(label, "where", "decoding")),
+        ("decoding", _per(evaluated, "eval_set", "decoding")),
         ("device, dtype", ", ".join(_unique(evaluated["device"]) + _unique(evaluated["dtype"]))),
         ("artifact sha256", _per(evaluated, "artifact", "artifact_sha256", short)),
         ("data sha256", short(first["data_sha256"])),

@@ -96,11 +96,12 @@ def sortable_table(
     raw: pd.DataFrame | None = None,
     sort_by: Mapping[str, str | None] | None = None,
     classes: Sequence[str] | None = None,
-    css: str = "results",
+    attrs: Mapping[str, str] | None = None,
 ) -> str:
-    """A ``table.sortable`` of the string cells of ``view``; a column of ``sort_by`` (column ->
-    column of ``raw``, the same rows) sorts by ``raw``'s value, the others by their text;
-    ``classes``: a class per row (``""``: none)."""
+    """A ``table.results.sortable`` of the string cells of ``view``; a column of ``sort_by``
+    (column -> column of ``raw``, the same rows) sorts by ``raw``'s value, the others by their
+    text; ``classes``: a class per row (``""``: none); ``attrs``: the table's attributes
+    (``data-*``)."""
     heads = "".join(f"<th>{_e(c)}</th>" for c in view.columns)
     rows = []
     for i, cells in enumerate(view.itertuples(index=False)):
@@ -111,8 +112,9 @@ def sortable_table(
         cls = classes[i] if classes else ""
         rows.append((f'<tr class="{cls}">' if cls else "<tr>") + "".join(tds) + "</tr>")
     body = "\n".join(rows)
+    attributes = "".join(f' {k}="{_e(v)}"' for k, v in (attrs or {}).items())
     return (
-        f'<table class="{css} sortable">\n<thead><tr>{heads}</tr></thead>\n'
+        f'<table class="results sortable"{attributes}>\n<thead><tr>{heads}</tr></thead>\n'
         f"<tbody>\n{body}\n</tbody>\n</table>\n"
     )
 
@@ -150,6 +152,7 @@ def eval_set_tables(
                 rows,
                 RESULT_COLUMNS,
                 ["selected" if s else "" for s in rows["selected"]],
+                {"data-table": "eval-set", "data-eval-set": eval_set},
             )
         )
     return "".join(out)
@@ -170,7 +173,8 @@ def archived_tables(df: pd.DataFrame) -> str:
         view = display_table(rows)[list(ARCHIVE_COLUMNS)]
         classes = ["archived"] * len(rows)
         out.append(
-            f"<h3>{_e(eval_set)}</h3>\n" + sortable_table(view, rows, ARCHIVE_COLUMNS, classes)
+            f"<h3>{_e(eval_set)}</h3>\n"
+            + sortable_table(view, rows, ARCHIVE_COLUMNS, classes, {"data-table": "archived"})
         )
     return "".join(out) + "</details>\n"
 
@@ -284,7 +288,7 @@ def report_html(
         sections.append(("replicas", "Seed replicas"))
         seeds = (
             '<section id="replicas">\n<h2>Seed replicas</h2>\n'
-            + sortable_table(replica_view(replicas))
+            + sortable_table(replica_view(replicas), attrs={"data-table": "replicas"})
             + f'<p class="note">{_e(REPLICA_NOTE)}</p>\n</section>\n'
         )
     if plans:

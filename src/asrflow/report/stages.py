@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -74,14 +74,7 @@ def build_report(
         train_code[summary["run"]] = changed_code(record, checkout) if record else []
     selected = {s["run"]: s for s in map(read_json, selections)}
     archived = load_archive(archive_dir) if archive_dir and Path(archive_dir).is_dir() else []
-    evals = []
-    for path in evaluations:
-        summary = read_json(path)
-        record = _record(path)
-        changed = train_code.get(summary.get("run"), [])
-        changed += changed_code(record, checkout) if record else []
-        summary["code_changed"] = sorted(set(changed))
-        evals.append(summary)
+    evals = _evaluations(evaluations, train_code, checkout)
     errors = _utterance_errors(evaluations, evals, utterances)
     df = comparison_table(
         trains,
@@ -98,19 +91,9 @@ def build_report(
     if replicas_path is not None:
         write_text(replicas_path, aggregated.to_csv(index=False, lineterminator="\n"))
     plans = {run: t["plan"] for run, t in trains.items() if t.get("plan")}
-    figures = [
-        PageFigure(DIFFERENCES, png_bytes(wer_difference_figure(df))),
-        *figures_from_files(plots),
-    ]
+    figures = page_figures(df, plots)
     write_report_tables(
-        df,
-        csv_path,
-        md_path,
-        html_path,
-        replicas=aggregated,
-        plans=plans,
-        selections=selected,
-        figures=figures,
+        df, csv_path, md_path, html_path, aggregated, plans, selections=selected, figures=figures
     )
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
@@ -119,6 +102,29 @@ def build_report(
         int((~df["current"].astype(bool)).sum()) if "current" in df else 0,
     )
     return df
+
+
+def _evaluations(
+    evaluations: Sequence[Pathlike], train_code: Mapping[str, list[str]], checkout: Checkout
+) -> list[dict]:
+    """The eval summaries, each with ``code_changed``: the asrflow modules that trained
+    (``train_code``, per run) or evaluated it and differ in ``checkout`` now."""
+    evals = []
+    for path in evaluations:
+        summary = read_json(path)
+        record = _record(path)
+        changed = list(train_code.get(summary.get("run"), []))
+        changed += changed_code(record, checkout) if record else []
+        summary["code_changed"] = sorted(set(changed))
+        evals.append(summary)
+    return evals
+
+
+def page_figures(df: pd.DataFrame, plots: Sequence[Pathlike]) -> list[PageFigure]:
+    """What the HTML page inlines: the forest plot of ``df``'s WER differences (the figure rule
+    ``plot_differences`` draws from the CSV, drawn here in memory), then the ``plots``."""
+    forest = PageFigure(DIFFERENCES, png_bytes(wer_difference_figure(df)))
+    return [forest, *figures_from_files(plots)]
 
 
 def _utterance_errors(
