@@ -36,7 +36,7 @@ window.addEventListener("load", function () {
   var root = document.documentElement;
   var r = {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth,
            innerWidth: window.innerWidth, overflowing: [], images: [], sorted: {}};
-  document.querySelectorAll(".card, table, figure, details, p").forEach(function (el) {
+  document.querySelectorAll(".card, table, th, td, figure, details, p").forEach(function (el) {
     var box = el.getBoundingClientRect();
     var inside = el.scrollWidth <= el.clientWidth + 1 || el.tagName === "TABLE";
     if (box.right > root.clientWidth + 1 || !inside) {

@@ -60,7 +60,9 @@ nav a:hover { text-decoration: underline; }
 .card .fig { font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .ci { color: var(--muted); font-size: 0.88em; font-variant-numeric: tabular-nums; }
 .card table.seeds { table-layout: fixed; }
-.card table.seeds th:first-child { width: 3em; }
+.card table.seeds th { white-space: normal; overflow-wrap: anywhere; }
+.card table.seeds th:first-child { width: 3.3em; white-space: nowrap; }
+.card table.seeds th:nth-child(2) { width: 52%; }
 .card table.seeds code { overflow-wrap: anywhere; }
 .card .line { margin: 0.35em 0 0; overflow-wrap: anywhere; }
 .card .gate .note { font-size: 0.86em; }
@@ -85,7 +87,9 @@ dl.settings dd { margin: 0; overflow-wrap: anywhere; }
 figure { margin: 0; min-width: 0; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line);
              border-radius: 4px; }
+figure.wide { display: flex; flex-wrap: wrap; gap: 8px 18px; align-items: flex-start; }
 figure.wide img { max-width: min(100%, 860px); }
+figure.wide figcaption { flex: 1 1 240px; margin-top: 0; }
 figcaption { color: var(--muted); font-size: 0.88em; margin-top: 0.3em; }
 figcaption b { color: var(--ink); }
 table.results { width: 100%; border-collapse: collapse; font-size: 0.9em; margin: 0.3em 0; }

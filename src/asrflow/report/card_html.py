@@ -15,7 +15,6 @@ from typing import Any
 from asrflow.report.cards import (
     BETTER,
     KEPT,
-    NO_AVERAGE,
     WORSE,
     Details,
     Gate,
@@ -25,7 +24,7 @@ from asrflow.report.cards import (
 )
 
 _VERDICT_CLASS = {BETTER: "good", WORSE: "bad"}
-_DECISION_CLASS = {KEPT: "good", NO_AVERAGE: ""}
+_DECISION_CLASS = {KEPT: "good"}
 
 
 def _e(value: Any) -> str:
@@ -87,7 +86,7 @@ def gate_html(gate: Gate | None) -> str:
     reason in words); the whole reason as the line's tooltip."""
     if gate is None:
         return ""
-    badges = badge(gate.decision, _DECISION_CLASS.get(gate.decision, "warn"))
+    badges = badge(gate.decision, _DECISION_CLASS.get(gate.decision, ""))
     if gate.significant is not None:
         badges += " " + badge(
             "significant" if gate.significant else "not significant",
@@ -103,9 +102,10 @@ def gate_html(gate: Gate | None) -> str:
     )
 
 
-def seeds_table(seeds: tuple[Seed, ...]) -> str:
+def seeds_table(seeds: tuple[Seed, ...], roles: dict[str, str] | None = None) -> str:
     """A line per replica of a replicated run: its seed, selected artifact and the gate's
-    decision (or why it failed) and its WER % per eval set."""
+    decision (or why it failed) and its WER % per eval set (headed by its role, ``roles``:
+    eval set -> ``dev``/``test``, where known)."""
     if not seeds:
         return ""
     sets = list(dict.fromkeys(e for s in seeds for e, _ in s.wers))
@@ -120,7 +120,8 @@ def seeds_table(seeds: tuple[Seed, ...]) -> str:
             pick += f"<br>{badge(s.decision)}" if s.decision else ""
             cells = f"<td>{pick}</td>" + "".join(f"<td>{_e(wers.get(e, ''))}</td>" for e in sets)
         rows.append(f'<tr class="seed" data-run="{_e(s.run)}"><td>{_e(s.seed)}</td>{cells}</tr>')
-    heads = "".join(f"<th>{_e(e)}</th>" for e in sets)
+    roles = roles or {}
+    heads = "".join(f'<th title="{_e(e)}">{_e(roles.get(e) or e)} WER</th>' for e in sets)
     return (
         '<table class="seeds"><thead><tr><th>seed</th><th>selected</th>'
         f"{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>\n"
@@ -172,7 +173,7 @@ def card_html(card: RunCard, compared: bool) -> str:
         out += _line("Failed:", f'<span class="error">{_e(card.error)}</span>')
     out += results_table(card.results, compared, card.baseline)
     out += gate_html(card.gate)
-    out += seeds_table(card.seeds)
+    out += seeds_table(card.seeds, {r.eval_set: r.role for r in card.results})
     if card.change and compared:
         out += _line("Changed vs baseline", _e(card.change))
     out += "".join(f'<p class="line note">{_e(n)}</p>\n' for n in card.notes)
