@@ -133,11 +133,20 @@ def test_a_replicated_run_gets_one_card_with_a_line_per_seed():
     assert cand.seeds[2].error == "diverged"
     assert [s.wers for s in cand.seeds[:2]] == [(("demo.dev", "10.00"),), (("demo.dev", "14.00"),)]
     (result,) = cand.results
-    assert result.wer.startswith("12.00 [") and result.spread == "sd 2.83, range 10.00 - 14.00"
+    assert result.wer.startswith("12.00 [") and result.note == "sd 2.83, range 10.00 - 14.00"
     assert result.verdict in (BETTER, UNCLEAR)
     assert cand.notes == ("replicas without a result: cand-seed2",)
     assert [title for title, _ in cand.details] == ["cand-seed0", "cand-seed1", "cand-seed2"]
     assert cards["base"].baseline and len(cards["base"].seeds) == 2
+
+
+def test_a_wer_on_part_of_its_eval_set_says_so_on_the_card():
+    partial = {"utterances_total": 12, "utterances_scored": 4, "utterances_excluded": 8,
+               "excluded_by_reason": {"too_long": 8}, "seconds_excluded": 303.5}  # fmt: skip
+    evals = [eval_summary("r1", "last", 0.3, **partial)]
+    df = comparison_table({"r1": train_summary("r1")}, evals, {"r1": _selection("r1", "last")})
+    (card,) = run_cards(df, {"r1": _selection("r1", "last")})
+    assert card.results[0].note == "partial: 4/12 (excluded: 8 too_long, 303.5 s)"
 
 
 # --- the page ------------------------------------------------------------------------------------

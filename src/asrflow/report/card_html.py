@@ -70,7 +70,7 @@ def results_table(results: tuple[Result, ...], compared: bool, baseline: bool = 
     for r in results:
         role = f"<br>{badge(r.role)}" if r.role else ""
         cells = f'<td class="set">{_e(r.eval_set)}{role}</td>'
-        cells += f'<td class="wer">{figure_cell(r.wer, r.spread)}</td>'
+        cells += f'<td class="wer">{figure_cell(r.wer, r.note)}</td>'
         if compared and baseline:
             cells += '<td class="vs"><span class="ci">the baseline</span></td>'
         elif compared:

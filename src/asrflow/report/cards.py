@@ -25,7 +25,9 @@ import pandas as pd
 from asrflow.report.cells import (
     as_text,
     missing,
+    partial,
     points,
+    scored_text,
     short,
     with_interval,
 )
@@ -62,9 +64,10 @@ class Result:
     cer: str = ""
     vs_baseline: str = ""
     verdict: str = ""
-    """:data:`BETTER`, :data:`WORSE`, :data:`UNCLEAR`, or ``""`` (the baseline, or none)."""
-    spread: str = ""
-    """Replicated runs: the standard deviation and range of the replicas' WERs."""
+    """:data:`BETTER`, :data:`WORSE`, :data:`UNCLEAR`, or ``""`` (no difference measured)."""
+    note: str = ""
+    """Replicated runs: the standard deviation and range of the replicas' WERs; a WER on part
+    of its eval set: how much of it was scored."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,7 @@ def _results(rows: pd.DataFrame, selection: Mapping[str, Any] | None) -> tuple[R
             role=_roles(selection, r.eval_set),
             wer=with_interval(r.wer, r.wer_ci_low, r.wer_ci_high),
             point=points(r.wer),
+            note=f"partial: {scored_text(r)}" if partial(r.utterances_excluded) else "",
             cer=with_interval(r.cer, r.cer_ci_low, r.cer_ci_high),
             vs_baseline=with_interval(
                 r.wer_diff_vs_baseline,
@@ -297,7 +301,7 @@ def replica_card(
                 s.wer_diff_vs_baseline_ci_low,
                 s.wer_diff_vs_baseline_ci_high,
             ),
-            spread=f"sd {points(s.wer_sd) or '-'}, range {points(s.wer_min)} - {points(s.wer_max)}",
+            note=f"sd {points(s.wer_sd) or '-'}, range {points(s.wer_min)} - {points(s.wer_max)}",
         )
         for s in summary.itertuples()
     )
