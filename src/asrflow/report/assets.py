@@ -62,7 +62,8 @@ nav a:hover { text-decoration: underline; }
 .card table.seeds { table-layout: fixed; }
 .card table.seeds th { white-space: normal; overflow-wrap: anywhere; }
 .card table.seeds th:first-child { width: 3.3em; white-space: nowrap; }
-.card table.seeds th:nth-child(2) { width: 52%; }
+.card table.seeds th:nth-child(2) { width: 46%; }
+.card table.seeds td.num { white-space: nowrap; font-variant-numeric: tabular-nums; }
 .card table.seeds code { overflow-wrap: anywhere; }
 .card .line { margin: 0.35em 0 0; overflow-wrap: anywhere; }
 .card .gate .note { font-size: 0.86em; }

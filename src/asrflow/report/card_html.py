@@ -118,7 +118,9 @@ def seeds_table(seeds: tuple[Seed, ...], roles: dict[str, str] | None = None) ->
         else:
             pick = f"<code>{_e(s.selected or '-')}</code>"
             pick += f"<br>{badge(s.decision)}" if s.decision else ""
-            cells = f"<td>{pick}</td>" + "".join(f"<td>{_e(wers.get(e, ''))}</td>" for e in sets)
+            cells = f"<td>{pick}</td>" + "".join(
+                f'<td class="num">{_e(wers.get(e, ""))}</td>' for e in sets
+            )
         rows.append(f'<tr class="seed" data-run="{_e(s.run)}"><td>{_e(s.seed)}</td>{cells}</tr>')
     roles = roles or {}
     heads = "".join(f'<th title="{_e(e)}">{_e(roles.get(e) or e)} WER</th>' for e in sets)

@@ -296,14 +296,15 @@ def report_html(
     archived = archived_tables(df)
     if archived:
         sections.append(("archived", "Earlier revisions"))
-    cards_html = "".join(card_html(c, show) for c in cards) or "<p>No runs.</p>"
+    # one (replicated) run has no other to compare its card with
+    cards_html = "".join(card_html(c, show and len(cards) > 1) for c in cards)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>Model comparison</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
         f'<div class="top"><h1>Model comparison</h1>\n{_lede(df, cards)}</div>\n'
         f"{_nav(sections)}{warnings_html(df)}"
-        f'<h2 id="runs">Runs</h2>\n<div class="cards">\n{cards_html}</div>\n'
+        f'<h2 id="runs">Runs</h2>\n<div class="cards">\n{cards_html or "<p>No runs.</p>"}</div>\n'
         f"{figures_html(cards, figures)}"
         f'<h2 id="results">Results by eval set</h2>\n{eval_set_tables(df, selections)}'
         f'<p class="note">{_e(INTERVAL_NOTE)}</p>\n'
