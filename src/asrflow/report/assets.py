@@ -42,8 +42,8 @@ nav a:hover { text-decoration: underline; }
            padding: 0.45em 0.9em; margin: 0.5em 0; }
 .warning ul { margin: 0.3em 0; padding-left: 1.2em; }
 .note { color: var(--muted); font-size: 0.9em; }
-.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr));
-         gap: 12px; }
+.cards { margin-top: 0.4em; display: grid; gap: 12px;
+         grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px;
         background: #fff; box-shadow: 0 1px 2px rgba(0, 0, 0, 0.05); min-width: 0; }
 .card.baseline { border-top: 4px solid var(--accent); }
@@ -64,7 +64,7 @@ nav a:hover { text-decoration: underline; }
 .card table.seeds th:first-child { width: 3.3em; white-space: nowrap; }
 .card table.seeds th:nth-child(2) { width: 46%; }
 .card table.seeds td.num { white-space: nowrap; font-variant-numeric: tabular-nums; }
-.card table.seeds code { overflow-wrap: anywhere; }
+.card table.seeds code { overflow-wrap: break-word; }
 .card .line { margin: 0.35em 0 0; overflow-wrap: anywhere; }
 .card .gate .note { font-size: 0.86em; }
 .card .label { color: var(--muted); }

@@ -31,6 +31,12 @@ def _e(value: Any) -> str:
     return escape("" if value is None else str(value), quote=True)
 
 
+def breakable(name: str) -> str:
+    """``name`` escaped, with a line break allowed after each dot (artifact names such as
+    ``valid.loss.ave_3best`` wrap between their parts, not inside them)."""
+    return _e(name).replace(".", ".<wbr>")
+
+
 def slug(name: str) -> str:
     """An HTML id fragment of ``name``: ``"r1/x y"`` -> ``"r1-x-y"``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "x"
@@ -116,7 +122,7 @@ def seeds_table(seeds: tuple[Seed, ...], roles: dict[str, str] | None = None) ->
             pick = badge("failed", "bad") + f' <span class="error">{_e(s.error)}</span>'
             cells = f'<td colspan="{1 + len(sets)}">{pick}</td>'
         else:
-            pick = f"<code>{_e(s.selected or '-')}</code>"
+            pick = f"<code>{breakable(s.selected or '-')}</code>"
             pick += f"<br>{badge(s.decision)}" if s.decision else ""
             cells = f"<td>{pick}</td>" + "".join(
                 f'<td class="num">{_e(wers.get(e, ""))}</td>' for e in sets

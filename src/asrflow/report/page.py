@@ -304,7 +304,8 @@ def report_html(
         f"<title>Model comparison</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
         f'<div class="top"><h1>Model comparison</h1>\n{_lede(df, cards)}</div>\n'
         f"{_nav(sections)}{warnings_html(df)}"
-        f'<h2 id="runs">Runs</h2>\n<div class="cards">\n{cards_html or "<p>No runs.</p>"}</div>\n'
+        f'<section id="runs" class="cards" aria-label="Runs">\n'
+        f"{cards_html or '<p>No runs.</p>'}</section>\n"
         f"{figures_html(cards, figures)}"
         f'<h2 id="results">Results by eval set</h2>\n{eval_set_tables(df, selections)}'
         f'<p class="note">{_e(INTERVAL_NOTE)}</p>\n'
