@@ -5,6 +5,7 @@ every text from the data escaped."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 
 import pandas as pd
@@ -185,9 +186,12 @@ def test_settings_and_hashes_are_shown_once_per_run(two_sets):
     page = report_html(df, selections=selections)
     (settings,) = re.findall(r'<details class="settings">.*?</details>', page, re.S)
     assert "<dt>decoding</dt><dd>greedy_ctc (demo.dev); beam (demo.test)</dd>" in settings
-    shas = "; ".join(f"{'0' * 12} ({a})" for a in ("last", "valid.wer.best"))
-    assert "<dt>artifact sha256</dt><dd>" in settings and shas
-    assert "<dt>recipe sha256</dt><dd>rrrrrrrrrrrr</dd>" in settings
+    shas = "; ".join(
+        f"{hashlib.sha256(f'r1/{a}'.encode()).hexdigest()[:12]} ({a})"
+        for a in ("last", "valid.wer.best")
+    )
+    assert f'<dt>artifact sha256</dt><dd class="hash">{shas}</dd>' in settings
+    assert '<dt>recipe sha256</dt><dd class="hash">rrrrrrrrrrrr</dd>' in settings
     assert "<dt>update budget</dt><dd>optimizer_steps=2400</dd>" in settings
     assert page.count("rrrrrrrrrrrr") == 1
 

@@ -136,6 +136,12 @@ def seeds_table(seeds: tuple[Seed, ...], roles: dict[str, str] | None = None) ->
     )
 
 
+def _setting(label: str, value: str) -> str:
+    """One line of the settings list; hashes in monospace."""
+    css = ' class="hash"' if "sha256" in label else ""
+    return f"<dt>{_e(label)}</dt><dd{css}>{_e(value)}</dd>"
+
+
 def details_html(sections: tuple[tuple[str, Details], ...]) -> str:
     """The run's decoding settings and hashes (one section per replica), collapsed."""
     if not any(items for _, items in sections):
@@ -144,9 +150,7 @@ def details_html(sections: tuple[tuple[str, Details], ...]) -> str:
     for title, items in sections:
         if len(sections) > 1:
             body += f"<b>{_e(title)}</b>"
-        body += '<dl class="settings">' + "".join(
-            f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items
-        )
+        body += '<dl class="settings">' + "".join(_setting(k, v) for k, v in items)
         body += "</dl>"
     return f'<details class="settings"><summary>Settings and hashes</summary>{body}</details>\n'
 
