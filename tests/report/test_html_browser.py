@@ -97,6 +97,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
+        "--disable-dev-shm-usage",
         "--hide-scrollbars",
         f"--window-size={WIDTH},{HEIGHT}",
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
