@@ -21,4 +21,6 @@ with step(snakemake) as s:
         # runs.<run>.seeds: which runs are replicas of which (asrflow.replicas.replica_runs)
         replicas=snakemake.params.get("replicas"),
         replicas_path=snakemake.output.replicas,
+        # inlined into comparison.html: learning curves, slice plots and batch audits
+        plots=[*snakemake.input.plots, *snakemake.input.audits],
     )

@@ -256,7 +256,8 @@ def test_written_tables(tmp_path, inputs):
     assert "Earlier revisions" in text
     page = html.read_text()
     assert page.count('<tr class="selected">') == 1
-    assert '<tr class="failed">' in page
+    assert '<article class="card failed" id="run-broken"' in page
+    assert "CUDA out of memory. Tried to allocate 2 GiB" in page
 
 
 def test_archive_round_trip(tmp_path, inputs):

@@ -15,6 +15,7 @@ Each function returns the figure it wrote, for a caller (or test) to inspect.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,13 @@ def save_figure(fig: Figure, out_png: Pathlike) -> None:
     """Write ``fig`` as PNG atomically (same bytes as before leave the file untouched)."""
     with atomic_output(out_png) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """``fig`` as the PNG bytes :func:`save_figure` writes (for a page that embeds it)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
 
 
 def _lr_column(columns: Sequence[str]) -> str | None:
@@ -262,6 +270,14 @@ def _slice_errors(rows: pd.DataFrame, wer: np.ndarray) -> np.ndarray | None:
 
 
 def plot_wer_differences(comparison: pd.DataFrame | Pathlike, out_png: Pathlike) -> Figure:
+    """Write :func:`wer_difference_figure` of ``comparison`` (the table of
+    :func:`asrflow.report.comparison.comparison_table` or its CSV) to ``out_png``."""
+    fig = wer_difference_figure(comparison)
+    save_figure(fig, out_png)
+    return fig
+
+
+def wer_difference_figure(comparison: pd.DataFrame | Pathlike) -> Figure:
     """A forest plot of each artifact's WER difference to its run's selected artifact: one panel
     per eval set, one line per current evaluation, grouped by run (the selected artifact first).
 
@@ -284,7 +300,6 @@ def plot_wer_differences(comparison: pd.DataFrame | Pathlike, out_png: Pathlike)
         for ax, eval_set, part in zip(axes, sets, parts, strict=True):
             _forest_panel(ax, eval_set, part)
     fig.suptitle("WER difference to each run's selected artifact, paired 95 % interval")
-    save_figure(fig, out_png)
     return fig
 
 

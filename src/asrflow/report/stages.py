@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +16,14 @@ from asrflow.provenance import RECORD_SUFFIX, InvalidRecord, read_record
 from asrflow.report.changes import baseline_of
 from asrflow.report.comparison import comparison_table
 from asrflow.report.differences import EvalKey, Replicas
-from asrflow.report.plots import plot_learning_curves, plot_slice_wer, plot_wer_differences
+from asrflow.report.figures import DIFFERENCES, PageFigure, figures_from_files
+from asrflow.report.plots import (
+    plot_learning_curves,
+    plot_slice_wer,
+    plot_wer_differences,
+    png_bytes,
+    wer_difference_figure,
+)
 from asrflow.report.replicas import replica_table
 from asrflow.report.tables import write_report_tables
 from asrflow.status import Checkout, changed_code
@@ -38,6 +45,7 @@ def build_report(
     baseline_run: str | None = None,
     replicas: Replicas | None = None,
     replicas_path: Pathlike | None = None,
+    plots: Sequence[Pathlike] = (),
 ) -> pd.DataFrame:
     """The comparison over every run x artifact x eval set, failed runs and earlier results
     (``archive_dir``, kept by artifact hash) included. ``code_changed`` names, per row, the
@@ -48,7 +56,11 @@ def build_report(
     come in config order): the run every other is compared with, what differs from it read from
     the train summaries and their provenance records. ``replicas`` (:func:`asrflow.replicas.
     replica_runs`): which runs are seed replicas of which; their mean, spread and interval go to
-    ``replicas_path`` (:func:`asrflow.report.replicas.replica_table`) and the tables."""
+    ``replicas_path`` (:func:`asrflow.report.replicas.replica_table`) and the tables.
+    ``plots``: the PNGs of the plot rules (learning curves, slice plots, batch audits;
+    :func:`asrflow.report.figures.figure_kind`) that the HTML page inlines, with the forest plot
+    of the WER differences drawn here from the table (the same figure rule ``plot_differences``
+    writes from its CSV)."""
     checkout = Checkout()
     trains: dict[str, dict] = {}
     records: dict[str, dict] = {}
@@ -62,14 +74,7 @@ def build_report(
         train_code[summary["run"]] = changed_code(record, checkout) if record else []
     selected = {s["run"]: s for s in map(read_json, selections)}
     archived = load_archive(archive_dir) if archive_dir and Path(archive_dir).is_dir() else []
-    evals = []
-    for path in evaluations:
-        summary = read_json(path)
-        record = _record(path)
-        changed = train_code.get(summary.get("run"), [])
-        changed += changed_code(record, checkout) if record else []
-        summary["code_changed"] = sorted(set(changed))
-        evals.append(summary)
+    evals = _evaluations(evaluations, train_code, checkout)
     errors = _utterance_errors(evaluations, evals, utterances)
     df = comparison_table(
         trains,
@@ -86,7 +91,10 @@ def build_report(
     if replicas_path is not None:
         write_text(replicas_path, aggregated.to_csv(index=False, lineterminator="\n"))
     plans = {run: t["plan"] for run, t in trains.items() if t.get("plan")}
-    write_report_tables(df, csv_path, md_path, html_path, replicas=aggregated, plans=plans)
+    figures = page_figures(df, plots)
+    write_report_tables(
+        df, csv_path, md_path, html_path, aggregated, plans, selections=selected, figures=figures
+    )
     log.info(
         "comparison: %d rows (%d runs, %d from earlier revisions)",
         len(df),
@@ -94,6 +102,29 @@ def build_report(
         int((~df["current"].astype(bool)).sum()) if "current" in df else 0,
     )
     return df
+
+
+def _evaluations(
+    evaluations: Sequence[Pathlike], train_code: Mapping[str, list[str]], checkout: Checkout
+) -> list[dict]:
+    """The eval summaries, each with ``code_changed``: the asrflow modules that trained
+    (``train_code``, per run) or evaluated it and differ in ``checkout`` now."""
+    evals = []
+    for path in evaluations:
+        summary = read_json(path)
+        record = _record(path)
+        changed = list(train_code.get(summary.get("run"), []))
+        changed += changed_code(record, checkout) if record else []
+        summary["code_changed"] = sorted(set(changed))
+        evals.append(summary)
+    return evals
+
+
+def page_figures(df: pd.DataFrame, plots: Sequence[Pathlike]) -> list[PageFigure]:
+    """What the HTML page inlines: the forest plot of ``df``'s WER differences (the figure rule
+    ``plot_differences`` draws from the CSV, drawn here in memory), then the ``plots``."""
+    forest = PageFigure(DIFFERENCES, png_bytes(wer_difference_figure(df)))
+    return [forest, *figures_from_files(plots)]
 
 
 def _utterance_errors(
