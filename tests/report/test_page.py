@@ -268,3 +268,16 @@ def test_the_inline_forest_plot_is_the_figure_of_rule_plot_differences(tmp_path)
         inline and base64.b64decode(inline.group(1)) == (tmp_path / "differences.png").read_bytes()
     )
     assert len(pd.read_csv(html.parent / "comparison.csv")) == 27  # every row, as before
+
+
+def test_a_fine_tuning_runs_card_counts_its_trainable_parameters() -> None:
+    import pandas as pd
+
+    from asrflow.report.cards import _parameters
+
+    assert _parameters(pd.Series({"num_parameters": 1234567, "trainable_parameters": 1234567})) == (
+        "1,234,567"
+    )
+    frozen = pd.Series({"num_parameters": 1234567, "trainable_parameters": 12345})
+    assert _parameters(frozen) == "1,234,567 (12,345 trainable)"
+    assert _parameters(pd.Series({"num_parameters": None, "trainable_parameters": None})) == ""

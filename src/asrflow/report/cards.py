@@ -224,12 +224,24 @@ def details_of(rows: pd.DataFrame) -> Details:
         ("update budget", as_text(first["update_budget"])),
         ("effective batch", "" if missing(batch) else f"{float(batch):g} s of audio per step"),
         ("steps, epochs", ", ".join(_unique(first[["steps", "epochs"]]))),
-        ("parameters", as_text(first["num_parameters"])),
+        ("parameters", _parameters(first)),
         ("precision, world size", ", ".join(_unique(first[["precision", "world_size"]]))),
         ("plan (recipe: auto)", as_text(first["plan"])),
         ("code changed since", ", ".join(_unique(rows["code_changed"]))),
     ]
     return tuple((k, v) for k, v in items if v)
+
+
+def _parameters(row: pd.Series) -> str:
+    """``1,234,567``, or with part of them frozen (a fine-tuning run's init.freeze or
+    init.adapter) ``1,234,567 (12,345 trainable)``."""
+    total, trainable = row["num_parameters"], row.get("trainable_parameters")
+    if missing(total):
+        return ""
+    text = f"{int(total):,}"
+    if not missing(trainable) and int(trainable) != int(total):
+        text += f" ({int(trainable):,} trainable)"
+    return text
 
 
 def _notes(rows: pd.DataFrame) -> tuple[str, ...]:

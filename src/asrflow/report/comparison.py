@@ -137,6 +137,7 @@ COLUMNS = (
     "steps",
     "epochs",
     "num_parameters",
+    "trainable_parameters",
     "precision",
     "world_size",
 )
@@ -221,6 +222,7 @@ def _train_columns(train: Mapping[str, Any] | None) -> dict[str, Any]:
         "steps": train.get("steps"),
         "epochs": train.get("epochs"),
         "num_parameters": train.get("num_parameters"),
+        "trainable_parameters": train.get("trainable_parameters"),
         "precision": train.get("precision"),
         "world_size": train.get("world_size"),
     }
@@ -361,6 +363,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "steps",
         "epochs",
         "num_parameters",
+        "trainable_parameters",
         "world_size",
     ):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
