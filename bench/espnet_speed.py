@@ -74,7 +74,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -90,6 +89,9 @@ from asrflow import layout
 from asrflow.train.mappings import dotted_overrides
 from asrflow.train.recipe import Recipe, load_recipe, scaled_lr
 from asrflow.train.spec import RunSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import commit, machine  # the benchmarks' one description of machine and commit
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS, TOKENIZER, RECIPE = "demo", "demo_unigram", "config/recipes/demo_conformer.yaml"
@@ -891,28 +893,6 @@ def loading_seconds(
 
 
 # --- the header -----------------------------------------------------------------------------------
-
-
-def machine() -> str:
-    model = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}, {os.cpu_count()} cores ({usable} usable)"
-
-
-def commit() -> str:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    head = git("rev-parse", "HEAD") or "unknown"
-    return head + (" (uncommitted changes)" if git("status", "--porcelain") else "")
 
 
 def versions() -> str:

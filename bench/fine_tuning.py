@@ -38,7 +38,7 @@ import yaml
 from asrflow import layout
 from asrflow.corpus.folds import build_fold
 from asrflow.errors import AsrflowError
-from asrflow.io import dumps_json, read_json, write_text
+from asrflow.io import read_json, write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_speech import (  # a sibling script, not a package
@@ -50,6 +50,7 @@ from real_speech import (  # a sibling script, not a package
     _json,
     _machine,
     _wer,
+    finish,
     fold_settings,
     parse_overrides,
     project_config,
@@ -215,12 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "snakemake": {"returncode": rc, "wall_seconds": round(wall, 1)},
         "rows": [collect_way(work, names, run) for run in WAYS],
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text(args.out / "fine_tuning.json", dumps_json(result))
-    print(markdown(result))
-    if rc != 0:
-        print(f"snakemake failed (exit {rc}); see {work / 'snakemake.log'}", file=sys.stderr)
-    return rc
+    return finish(args.out / "fine_tuning.json", result, markdown(result), work)
 
 
 if __name__ == "__main__":

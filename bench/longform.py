@@ -325,7 +325,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def _machine() -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
-    from espnet_speed import commit, machine
+    from figures import commit, machine
 
     return {
         "cpu": machine(),

@@ -386,7 +386,7 @@ def _dotted(tree: dict[str, Any], prefix: str = "") -> str:
 
 def _machine() -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
-    from espnet_speed import commit, machine
+    from figures import commit, machine
 
     return {
         "machine": {
@@ -500,9 +500,16 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "mean": fold_means(rows),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text(args.out / "real_speech.json", dumps_json(result))
-    print(markdown(result))
+    return finish(args.out / "real_speech.json", result, markdown(result), work)
+
+
+def finish(out: Path, result: dict[str, Any], table: str, work: Path) -> int:
+    """Write ``result`` to ``out``, print its ``table``, and return the workflow's exit status
+    (``result["snakemake"]["returncode"]``), saying where its log is when it failed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, dumps_json(result))
+    print(table)
+    rc = result["snakemake"]["returncode"]
     if rc != 0:
         print(f"snakemake failed (exit {rc}); see {work / 'snakemake.log'}", file=sys.stderr)
     return rc
