@@ -672,6 +672,36 @@ def test_a_lora_child_exports_a_plain_package_that_evaluates(trained, tmp_path):
     assert scored["utterances_scored"] == scored["utterances_total"] > 0, scored
 
 
+def test_the_trained_dags_report_page_renders_in_a_browser(trained, tmp_path):
+    """Issue 33: the page the workflow itself wrote (not a fixture's) in headless chromium at
+    1366x768: the run's card, every inline figure shown, nothing wider than the window."""
+    import base64
+    from html import unescape
+
+    from tests.report.test_html_browser import CHROMIUM, PNG_MAGIC, PROBE, Elements, chromium
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (.ci/run installs it as root)")
+    page_file = trained / "results/report/comparison.html"
+    probed = tmp_path / "comparison.probed.html"
+    probed.write_text(page_file.read_text().replace("</body>", PROBE + "</body>"))
+    dom = chromium(tmp_path, "--dump-dom", probed.as_uri()).stdout
+    found = re.search(r'<pre id="probe"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, "the probe did not run: " + dom[-2000:]
+    probe = json.loads(unescape(found.group(1)))
+    page = Elements()
+    page.feed(dom)
+    assert [a["data-run"] for a in page.find("article", "card")] == ["tiny_ctc"]
+    kinds = [a["data-kind"] for a in page.find("figure")]
+    assert "differences" in kinds and "learning_curves" in kinds, kinds
+    for a in page.find("img"):
+        prefix, _, data = a["src"].partition(",")
+        assert prefix == "data:image/png;base64"
+        assert base64.b64decode(data, validate=True).startswith(PNG_MAGIC)
+    assert all(i["complete"] and i["shown"] > 0 for i in probe["images"]), probe["images"]
+    assert probe["scrollWidth"] <= probe["clientWidth"] and probe["overflowing"] == [], probe
+
+
 def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     """Issue 11's headline: an lr change on a finished run trained 0 steps and relabelled the old
     weights. Now the run trains anew, and its summary, exports and report rows carry the new
