@@ -45,23 +45,71 @@ def test_run_all_names_only_scripts_that_exist() -> None:
             assert (REPO / line.split()[3]).is_file(), line
 
 
+def run_bench(script: str, *args: str, out: Path) -> subprocess.CompletedProcess:
+    """``bench/<script>`` run with its figures written under ``out`` (``ASRFLOW_BENCH_OUT``)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), *args],
+        cwd=REPO,
+        env={**environment(), "ASRFLOW_BENCH_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def figures_file(out: Path, name: str, columns: list[str], rows: int) -> dict[str, Any]:
+    """``out/<name>.json`` after checking its layout: these column keys, this many rows, every
+    cell under a column, and what bench/figures.py adds; rendered as a table."""
+    data = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    assert [key for key, _ in data["columns"]] == columns
+    assert len(data["rows"]) == rows, data["rows"]
+    for key in ("machine", "date", "commit", "load", "source", "settings"):
+        assert data[key], key
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from render_tables import figures_table
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert figures_table(data).count("\n| ") == rows + 1  # the header and a line a row
+    return data
+
+
 def test_padding_sweep_prints_the_padding_of_known_batches(tmp_path: Path) -> None:
     # 1 + 3 s padded to 6 s and 4 + 4 s: 2 of 14 padded seconds are padding (14.3 %)
     from asrflow.data.cuts import save_cuts
     from tests.train.test_audit import make_cuts
 
     save_cuts(make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0]), tmp_path / "train.jsonl.gz")
-    proc = subprocess.run(
-        [
-            sys.executable, str(REPO / "bench/padding_sweep.py"),
-            "--train", str(tmp_path / "train.jsonl.gz"), "--buckets", "2", "--epochs", "1",
-            "--set", "batching.max_duration=8", "--set", "batching.shuffle=false",
-        ],
-        cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300,
+    proc = run_bench(
+        "padding_sweep.py",
+        "--train", str(tmp_path / "train.jsonl.gz"), "--buckets", "2,3", "--epochs", "1",
+        "--set", "batching.max_duration=8", "--set", "batching.shuffle=false",
+        out=tmp_path / "figures",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["2"]]
     assert row[:6] == ["2", "2", "2.0", "6.00", "14.3%", "16.7%"], proc.stdout
+    columns = ["buckets", "bins", "batches", "audio", "share", "median", "widest"]
+    data = figures_file(tmp_path / "figures", "padding_sweep", columns, rows=2)
+    assert data["rows"][0]["share"] == "14.3 %"
+    assert data["settings"]["buckets"] == "2,3" and data["settings"]["epochs"] == 1
+
+
+def test_audio_state_scale_writes_a_row_per_check(tmp_path: Path) -> None:
+    args = ("--files", "20", "--rounds", "1", "--workdir", str(tmp_path / "work"))
+    run_bench("audio_state_scale.py", *args, out=tmp_path)
+    data = figures_file(tmp_path, "audio_state_scale", ["check", "seconds"], rows=4)
+    assert [r["check"] for r in data["rows"]] == ["first", "unchanged", "touched", "one changed"]
+    assert data["settings"]["files"] == 20
+
+
+def test_validate_scale_writes_a_row_per_stage(tmp_path: Path) -> None:
+    # one round without the breakdown: 3 imports, their sum, save, load, validate, the gate
+    args = ("--utterances", "1000", "--rounds", "1", "--no-breakdown")
+    run_bench("validate_scale.py", *args, "--workdir", str(tmp_path / "work"), out=tmp_path)
+    data = figures_file(tmp_path, "validate_scale", ["round", "stage", "seconds", "rate"], rows=8)
+    assert data["rows"][-1]["stage"] == "GATE = import + validate"
 
 
 def load_bench(script: Path) -> Any:
