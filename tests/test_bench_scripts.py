@@ -251,3 +251,51 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
         "| 5.00 % [3.00, 7.00] | 20.00 % [15.00, 25.00] | 12,345 | 2.90 | 0.000167 | 5.0, 9.0 |"
         in (table)
     )
+
+
+def docs_columns(name: str) -> list[str]:
+    data = json.loads((REPO / "docs/figures" / name).read_text(encoding="utf-8"))
+    return [key for key, _ in data["columns"]]
+
+
+def test_sctk_crosscheck_rows_have_the_docs_tables_columns() -> None:
+    from asrflow.evaluate.sctk import Mapsswe
+
+    bench = load_bench(REPO / "bench/sctk_crosscheck.py")
+    assert [key for key, _ in bench.COLUMNS] == docs_columns("sctk_crosscheck.json")
+    maps = Mapsswe(segments=136, mean=-0.01, std_dev=0.2, z=-0.705, significant=False)
+    row = bench.Row(
+        "demo.dev", 136, 0.0971, 0.0971, 0.0986, 0.0986, 0, -0.0015, -0.0055, 0.0036, maps
+    )
+    assert bench.figures_row(row) == {
+        "set": "demo.dev, 136 utt.",
+        "wer_a": "9.71 %",
+        "wer_b": "9.86 %",
+        "counts": "no utterance counted differently",
+        "bootstrap": "-0.15 points [-0.55, +0.36]",
+        "mapsswe": "Z = -0.705 (p 0.48)",
+        "verdict": "not significant for either",
+    }
+
+
+def test_spike_detector_rows_have_the_docs_tables_columns() -> None:
+    bench = load_bench(REPO / "bench/spike_detector.py")
+    assert [key for key, _ in bench.COLUMNS] == docs_columns("spike_detector.json")
+    planted = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    ranking = [
+        {"id": "a", "spikes": 5, "appearances": 15, "score": 9.05},
+        {"id": "x", "spikes": 2, "appearances": 15, "score": 1.14},
+        {"id": "b", "spikes": 4, "appearances": 14, "score": 6.4},
+    ]
+    summary = {"steps": 2400, "loss_spikes": 13, "final_metrics": {"valid/wer": 0.1724}}
+    row = bench.figures_row("planted", summary, 47 * 60, ranking, planted)
+    assert row == {
+        "train": "3 planted, 2400",
+        "flagged": "13 of 2400 (0.54 %); planted utterances blamed 9 time(s)",
+        "planted": "1 (5/15, 9.05), 3 (4/14, 6.4), 1 never blamed",
+        "dev_wer": "17.24 %",
+        "minutes": "47",
+    }
+    clean = bench.figures_row("clean", {**summary, "loss_spikes": 3}, 36 * 60, ranking, planted)
+    assert clean["train"] == "clean, 2400" and clean["planted"] is None
+    assert clean["flagged"] == "3 of 2400 (0.12 %): 3 utterance(s) blamed"
