@@ -299,3 +299,39 @@ def test_spike_detector_rows_have_the_docs_tables_columns() -> None:
     clean = bench.figures_row("clean", {**summary, "loss_spikes": 3}, 36 * 60, ranking, planted)
     assert clean["train"] == "clean, 2400" and clean["planted"] is None
     assert clean["flagged"] == "3 of 2400 (0.12 %): 3 utterance(s) blamed"
+
+
+def test_train_speed_row_has_the_gpu_tables_columns() -> None:
+    bench = load_bench(REPO / "bench/train_speed.py")
+    rows = [
+        ("32-true", 0.183, 0.19, 1300.0, 8.2),
+        ("bf16-mixed", 0.234, 0.24, 1000.0, 5.9),
+        ("bf16-true", 0.158, 0.16, 1500.0, 4.5),
+        ("16-mixed", 0.2, 0.21, 1200.0, 6.0),
+    ]
+    columns, row = bench.figures_table("config/recipes/a100_conformer.yaml", 250, rows, True)
+    keys = [key for key, _ in columns]
+    assert keys == [*docs_columns("gpu_train_speed.json"), "16_mixed"]
+    assert row == {
+        "recipe": "`a100_conformer`, 250 s",
+        "tf32": "0.183 s/step, 8.2 GiB",
+        "bf16_mixed": "0.234 s/step, 5.9 GiB",
+        "bf16_true": "0.158 s/step, 4.5 GiB",
+        "16_mixed": "0.200 s/step, 6.0 GiB",
+    }
+    _, cpu = bench.figures_table(
+        "demo_conformer.yaml", 20, [("32-true", 0.1, 0.1, 150, 0.0)], False
+    )
+    assert cpu["tf32"] == "0.100 s/step"  # no GPU memory on the CPU
+
+
+def test_eval_dtype_writes_a_row_per_dtype() -> None:
+    bench = load_bench(REPO / "bench/eval_dtype.py")
+    results = {
+        "float32": ({"wer": 0.2, "cer": 0.1}, ["a", "b", "c"], 4.0, {"encoder": "float32"}),
+        "bfloat16": ({"wer": 0.25, "cer": 0.1}, ["a", "x", "y"], 2.0, {"encoder": "bfloat16"}),
+    }
+    rows = bench.figures_rows(results, 200.0)
+    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"]
+    assert {key for key, _ in bench.COLUMNS} == set(rows[0])
+    assert (rows[0]["changed"], rows[1]["changed"], rows[1]["speed"]) == (0, 2, "2.00x")
