@@ -335,3 +335,36 @@ def test_eval_dtype_writes_a_row_per_dtype() -> None:
     assert [r["dtype"] for r in rows] == ["float32", "bfloat16"]
     assert {key for key, _ in bench.COLUMNS} == set(rows[0])
     assert (rows[0]["changed"], rows[1]["changed"], rows[1]["speed"]) == (0, 2, "2.00x")
+
+
+def test_eval_speed_rows_have_the_docs_tables_columns() -> None:
+    from asrflow.text import TextNormalization
+    from tests.train.test_audit import make_cuts
+
+    bench = load_bench(REPO / "bench/eval_speed.py")
+    assert [key for key, _ in bench.WORKFLOW_COLUMNS] == docs_columns("performance_workflow.json")
+    cuts = make_cuts(["one two", "three four"], [4.0, 6.0])
+
+    def system(name: str, dtype: str, seconds: float, hyps: list[str]) -> Any:
+        return bench.System(name, dtype, lambda: (hyps, seconds), 1.0, hyps, [seconds])
+
+    systems = [
+        system("Speech2Text beam 1", "float32", 0.2, ["one two", "three four"]),
+        system("Speech2Text beam 10", "float32", 0.4, ["one two", "three four"]),
+        system("asrflow greedy_ctc", "bfloat16", 0.05, ["one two", "three"]),
+        system("asrflow lexicon_lm", "float32", 0.4, ["one two", "three four"]),
+    ]
+    rows = bench.figures_rows(systems, cuts, TextNormalization(), 10.0, "median", "decoding x")
+    assert [r["what"] for r in rows] == [
+        "decoding x: asrflow greedy_ctc, bfloat16",
+        "decoding x: asrflow lexicon_lm, float32",
+    ]
+    greedy, lexicon = rows
+    assert greedy["asrflow"] == "RTF 0.0050, WER 25.00 %"
+    assert greedy["against"] == (
+        "Speech2Text beam 1, float32: RTF 0.0200, WER 0.00 %; "
+        "Speech2Text beam 10, float32: RTF 0.0400, WER 0.00 %"
+    )
+    assert greedy["ratio"] == "4.0x Speech2Text beam 1's speed, 8.0x Speech2Text beam 10's speed"
+    assert greedy["goal"] == ">= 1x Speech2Text beam 1's speed: met"
+    assert lexicon["goal"] == "-" and lexicon["ratio"].startswith("0.5x")
