@@ -117,10 +117,12 @@ def load_bench(script: Path) -> Any:
     spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
+    sys.path.insert(0, str(script.parent))  # as when run: its neighbours import (figures.py)
     try:
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
+        sys.path.remove(str(script.parent))
     return module
 
 
@@ -158,6 +160,58 @@ def test_espnet_speed_gives_each_ratio_with_its_rounds(capsys) -> None:
     assert "goal <= 1.05x: NOT met; rounds 1.000-1.200x, 1 of 2 within the goal" in vs_bare
     vs_espnet = lines["asrflow / ESPnet2 trainer, time per audio second"]
     assert "goal <= 1.00x: NOT met; rounds 1.000-1.200x, 1 of 2 within the goal" in vs_espnet
+
+
+def test_espnet_speed_rows_have_the_docs_tables_columns() -> None:
+    # the rounds of the test above: asrflow 1.2x and 1.0x the bare loop, ESPnet2 equal to it
+    bench = load_bench(REPO / "bench/espnet_speed.py")
+    assert [key for key, _ in bench.PERFORMANCE_COLUMNS] == docs_columns(
+        "performance_training.json"
+    )
+
+    def row(label: str, steps: list[list[float]]) -> Any:
+        timed = []
+        for seconds in steps:
+            t = bench.Timed(label, 16000, lengths=[(16000,)] * 3, padded=[16000] * 3)
+            t.starts = [0.0, seconds[0], seconds[0] + seconds[1]]
+            timed.append(t)
+        return bench.Row(label, timed, warmup=0, steps=2)
+
+    espnet = row("ESPnet2 trainer (numel)", [[0.1, 0.1], [0.1, 0.1]])
+    asrflow = row("asrflow", [[0.12, 0.12], [0.1, 0.1]])
+    bare = row("bare loop", [[0.1, 0.1], [0.1, 0.1]])
+    step, overhead = bench.figures_rows(espnet, asrflow, bare, bare, "training, x")
+    assert step["what"] == "training, x"
+    assert step["asrflow"] == "0.1100 s/step (median), 9 audio s/s; 0.0 % padding"
+    assert step["against"] == (
+        "ESPnet2's trainer: 0.1000 s/step (median), 10 audio s/s; 0.0 % padding"
+    )
+    assert step["ratio"].startswith("1.100x the time per audio second (rounds 1.000-1.200x")
+    assert step["goal"] == "<= 1x: not met (1 of 2 rounds within)"
+    assert overhead["asrflow"].startswith("+10.0 ms/step")
+    assert overhead["ratio"].startswith(
+        "1.100x the bare loop (rounds 1.000-1.200x; ESPnet2: 1.000x"
+    )
+    assert overhead["goal"] == "<= 1.05x: not met (1 of 2 rounds within)"
+    assert {key for key, _ in bench.PERFORMANCE_COLUMNS} >= set(step) | set(overhead)
+
+
+def test_worker_start_row_has_the_docs_tables_columns() -> None:
+    bench = load_bench(REPO / "bench/worker_start.py")
+    loops = ["preloaded", "in-process (num_workers 0)", "worker, fork server (asrflow)"]
+    loops += ["worker, fork"]
+    timed = {
+        name: [{"seconds": [k * 0.1 + 1.0] * 2, "forward": [0.04, 0.05]}] * 2
+        for k, name in enumerate(loops)
+    }
+    row = bench.figures_row(timed, "2 rounds of 2 steps after 1")
+    assert row["what"].startswith("what a loader worker costs a step (`worker_start.py`, 2 rounds")
+    assert row["asrflow"] == (
+        "in-process (num_workers 0): 1.100x / 0.0450 s; "
+        "worker, fork server (asrflow): 1.200x / 0.0450 s"
+    )
+    assert row["against"] == "preloaded: 1.000x / 0.0450 s; worker, fork: 1.300x / 0.0450 s"
+    assert {key for key, _ in bench.PERFORMANCE_COLUMNS} >= set(row)
 
 
 def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
