@@ -422,3 +422,46 @@ def test_eval_speed_rows_have_the_docs_tables_columns() -> None:
     assert greedy["ratio"] == "4.0x Speech2Text beam 1's speed, 8.0x Speech2Text beam 10's speed"
     assert greedy["goal"] == ">= 1x Speech2Text beam 1's speed: met"
     assert lexicon["goal"] == "-" and lexicon["ratio"].startswith("0.5x")
+
+
+def test_the_heavy_benchmarks_write_their_rows_with_the_run_in_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the end of espnet_speed's, spike_detector's and sctk_crosscheck's main, on fixture rows
+    import argparse
+
+    from asrflow.evaluate.sctk import Mapsswe
+    from asrflow.train.recipe import load_recipe
+
+    monkeypatch.setenv("ASRFLOW_BENCH_OUT", str(tmp_path))
+    espnet_speed = load_bench(REPO / "bench/espnet_speed.py")
+
+    def row(label: str, seconds: float) -> Any:
+        t = espnet_speed.Timed(label, 16000, lengths=[(16000,)] * 3, padded=[16000] * 3)
+        t.starts = [0.0, seconds, 2 * seconds]
+        return espnet_speed.Row(label, [t], warmup=0, steps=2)
+
+    args = argparse.Namespace(
+        recipe="config/recipes/demo_conformer.yaml", set=["batching.num_buckets=30"],
+        device="cpu", threads=2, breakdown=False, rounds=1, steps=2, warmup=0,
+    )  # fmt: skip
+    recipe = load_recipe(REPO / args.recipe)
+    loops = [row("ESPnet2 trainer (numel)", 0.1), row("asrflow", 0.11), row("bare", 0.1)]
+    espnet_speed.write_json(args, recipe, {}, 18.96, [*loops, loops[-1]], "0.50 0.40 0.30")
+    data = figures_file(tmp_path, "espnet_speed", docs_columns("performance_training.json"), 2)
+    assert all(r["load"] == "0.50" and r["commit"] == data["commit"] for r in data["rows"])
+    assert "`espnet_speed.py --set batching.num_buckets=30`" in data["rows"][0]["what"]
+
+    spike = load_bench(REPO / "bench/spike_detector.py")
+    summary = {"steps": 100, "loss_spikes": 0, "final_metrics": {"valid/wer": 0.5}}
+    rows = [spike.figures_row("clean", summary, 60.0, [], [])]
+    spike.write_json(rows, "0.1 0.1 0.1", argparse.Namespace(steps=100, plant=3))
+    data = figures_file(tmp_path, "spike_detector", docs_columns("spike_detector.json"), 1)
+    assert data["rows"][0]["commit"] == data["commit"]
+
+    sctk = load_bench(REPO / "bench/sctk_crosscheck.py")
+    maps = Mapsswe(segments=10, mean=0.0, std_dev=0.1, z=2.5, significant=True)
+    pair = sctk.Row("a vs b", 10, 0.1, 0.1, 0.2, 0.2, 1, -0.1, -0.15, -0.05, maps)
+    sctk.write_json([pair, pair], "0.1 0.1 0.1", {"seeds": 1}, ["a note"])
+    data = figures_file(tmp_path, "sctk_crosscheck", docs_columns("sctk_crosscheck.json"), 2)
+    assert data["rows"][0]["verdict"] == "significant for both"
