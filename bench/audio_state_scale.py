@@ -12,6 +12,9 @@ under 2 s on this 2-core machine. Prints, for ``--files`` small files (default 1
 - ``unchanged``: the check every later DAG build makes (median of ``--rounds``);
 - ``touched``: every file's mtime moved, content the same (each is re-read and found equal);
 - ``one changed``: one file rewritten.
+
+It also writes them as ``results/bench/audio_state_scale.json`` (``bench/figures.py``; no docs
+table reads it: the docs' re-check figure comes from ``bench/rerun_speed.py``).
 """
 
 from __future__ import annotations
@@ -79,11 +82,21 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/asrflow-audio-state"))
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    from figures import figures_json, load, settings_of, write_figures  # bench/, beside this script
+
+    load_before = load()
     rows = measure(args.workdir, args.files, args.rounds)
     print(f"{args.files} audio files, {os.cpu_count()} CPU(s)")
     print(f"{'check':<12} {'seconds':>8}")
     for name, seconds in rows:
         print(f"{name:<12} {seconds:8.2f}")
+    columns = [("check", "check"), ("seconds", "seconds")]
+    table = [{"check": name, "seconds": round(seconds, 3)} for name, seconds in rows]
+    notes = [f"{args.files} audio files of 4 kB; unchanged: the median of {args.rounds} checks."]
+    data = figures_json(
+        columns, table, load_before=load_before, notes=notes, settings=settings_of(args)
+    )
+    write_figures("audio_state_scale", data)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,12 @@ half: the command the error message prints). Recipe overrides with
     uv run python bench/espnet_speed.py --breakdown [--threads 2] [--workdir /tmp/espnet-speed]
 
 Compare ratios measured in one run: these machines are shared and noisy.
+
+The figures are also written as ``results/bench/espnet_speed.json`` (``bench/figures.py``): two
+rows (the step against ESPnet2's trainer, the loop's own overhead) in the columns of
+``docs/figures/performance_training.json``, the training table of docs/performance.md, where
+they are added to the rows of the other runs (that table keeps every run's rows, each with its
+machine, date, commit and load).
 """
 
 from __future__ import annotations
@@ -736,6 +742,20 @@ def spread(per_round: list[float], limit: float | None = None) -> str:
     return text
 
 
+PERFORMANCE_COLUMNS = (
+    ("what", "what (script)"),
+    ("asrflow", "asrflow"),
+    ("against", "against"),
+    ("ratio", "ratio"),
+    ("goal", "goal"),
+    ("machine", "machine"),
+    ("date", "date"),
+    ("commit", "commit"),
+    ("load", "load"),
+)
+"""The columns of ``docs/figures/performance_training.json`` (this script's and worker_start's)."""
+
+
 def print_table(rows: list[Row], base: Row) -> None:
     head = (
         f"{'loop':<28}{'s/step':>8}{'mean':>8}  {'rounds (median s/step)':<30}{'audio s':>8}"
@@ -819,6 +839,70 @@ def print_ratios(espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row) -> None:
         f"{statistics.fmean(bare_a.pooled('utts')):.1f} vs "
         f"{statistics.fmean(bare_e.pooled('utts')):.1f} utterances per batch",
     )
+
+
+def figures_rows(
+    espnet: Row, asrflow: Row, bare_a: Row, bare_e: Row, what: str
+) -> list[dict[str, Any]]:
+    """The rows of ``results/bench/espnet_speed.json`` (:data:`PERFORMANCE_COLUMNS`; ``main``
+    adds machine, date, commit and load): what :func:`print_table` and :func:`print_ratios`
+    print, as the docs' training table words it; a row for the step time against ESPnet2's
+    trainer (``what`` says on what) and a row for the loop's own overhead over the bare loop."""
+
+    def step(r: Row) -> str:
+        rate = 1 / statistics.median(r.seconds_per_audio())
+        return (
+            f"{r.median:.4f} s/step (median), {rate:.0f} audio s/s; {100 * r.padding:.1f} % padding"
+        )
+
+    def against(per_round: list[float], limit: float) -> str:
+        met = "met" if statistics.median(per_round) <= limit else "not met"
+        within = sum(r <= limit for r in per_round)
+        return f"<= {limit:g}x: {met} ({within} of {len(per_round)} rounds within)"
+
+    def spread_of(per_round: list[float]) -> str:
+        return spread(per_round).removeprefix("rounds ")
+
+    per_audio = ratios(asrflow.seconds_per_audio(), espnet.seconds_per_audio())
+    median_steps = ratio(asrflow.seconds_per_audio_median(), espnet.seconds_per_audio_median())
+    padding = ratios(bare_a.seconds_per_audio(), bare_e.seconds_per_audio())
+    ratio_text = (
+        f"{statistics.median(per_audio):.3f}x the time per audio second (rounds "
+        f"{spread_of(per_audio)}; median steps {median_steps:.3f}x); the bare loop on asrflow's "
+        f"batches {statistics.median(padding):.3f}x its time on ESPnet2's (rounds "
+        f"{spread_of(padding)})"
+    )
+    rows = [
+        {
+            "what": what,
+            "asrflow": step(asrflow),
+            "against": f"ESPnet2's trainer: {step(espnet)}",
+            "ratio": ratio_text,
+            "goal": against(per_audio, 1.0),
+        }
+    ]
+    if not (asrflow.same_batches(bare_a) and espnet.same_batches(bare_e)):
+        return rows  # no overhead row: a bug, print_ratios says so
+    extra = {r.label: 1000 * r.paired(bare, lambda x, y: x - y) for r, bare in
+             ((asrflow, bare_a), (espnet, bare_e))}  # fmt: skip
+    over = {r.label: r.total_ratios(bare) for r, bare in ((asrflow, bare_a), (espnet, bare_e))}
+    a, e = over[asrflow.label], over[espnet.label]
+    rows.append(
+        {
+            "what": "the loop's own overhead, the same run",
+            "asrflow": (
+                f"{extra[asrflow.label]:+.1f} ms/step (median of per-step differences) over the "
+                "bare loop on the same batches"
+            ),
+            "against": f"ESPnet2's trainer: {extra[espnet.label]:+.1f} ms/step",
+            "ratio": (
+                f"{statistics.median(a):.3f}x the bare loop (rounds {spread_of(a)}; ESPnet2: "
+                f"{statistics.median(e):.3f}x, rounds {spread_of(e)})"
+            ),
+            "goal": against(a, 1.05),
+        }
+    )
+    return rows
 
 
 def print_breakdown(
@@ -1113,6 +1197,39 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
         print()
         pre, plain, prof = (rows[v.label] for v in (PRELOADED, NO_EXTRAS, PROFILED))
         print_breakdown(asrflow, pre, plain, bare_a, prof, loading)
+    write_json(args, recipe, overrides, target, [espnet, asrflow, bare_a, bare_e], load_before)
+
+
+def write_json(
+    args: argparse.Namespace,
+    recipe: Recipe,
+    overrides: dict[str, Any],
+    batch_audio: float,
+    loops: list[Row],
+    load_before: str,
+) -> None:
+    """``results/bench/espnet_speed.json``: :func:`figures_rows` with the machine, date, commit
+    and load (the 1-minute load average before the run) in every row."""
+    from figures import figures_json, settings_of, stamp_rows, write_figures  # bench/
+
+    b = recipe.batching
+    where = "bf16 on the GPU" if args.device == "cuda" else "fp32"
+    options = " ".join(f"--set {o}" for o in args.set)
+    what = (
+        f"training, {Path(args.recipe).stem} ({b.num_workers} loader worker(s) in each trainer, "
+        f"{b.num_buckets} duration buckets), {where}, {args.threads} threads, batches of "
+        f"{batch_audio:.2f} s of audio (`espnet_speed.py{' --breakdown' if args.breakdown else ''}"
+        f"{' ' + options if options else ''}`, {args.rounds} interleaved rounds of {args.steps} "
+        f"steps after {args.warmup})"
+    )
+    data = figures_json(
+        PERFORMANCE_COLUMNS, figures_rows(*loops, what), load_before=load_before,
+        notes=[f"{versions()}; overrides {overrides or '-'}."], settings=settings_of(args),
+    )  # fmt: skip
+    stamp_rows(data)
+    for row in data["rows"]:
+        row["load"] = load_before.split()[0]  # the docs table's load: the 1-min one, before
+    write_figures("espnet_speed", data)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,12 @@ was exported), its word LM and its dev set, all made by the README's main comman
 
 Compare figures measured in one run: these machines are shared and noisy (the load average is
 printed so that a busy machine shows).
+
+The figures are also written as ``results/bench/eval_speed.json`` (``bench/figures.py``): a row
+per asrflow system against the Speech2Text ones, in the columns of
+``docs/figures/performance_workflow.json``, the "Decoding, hashing" table of docs/performance.md.
+That table also holds other benchmarks' rows (``rerun_speed.py``'s), so a fresh run's rows
+replace its decoding rows there rather than the whole file.
 """
 
 from __future__ import annotations
@@ -412,6 +418,90 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print()
     report(systems, cuts, contract, audio_seconds, args.stat)
+
+    from figures import figures_json, settings_of, stamp_rows, write_figures  # bench/
+
+    setup = (
+        f"decoding {_rel(cuts_path, workdir)}, {len(cuts)} utt., {torch.get_num_threads()} "
+        f"threads (`eval_speed.py`, {args.stat} of {args.rounds} round(s), package "
+        f"{_rel(package, workdir)})"
+    )
+    rows = figures_rows(systems, cuts, contract, audio_seconds, args.stat, setup)
+    note = (
+        f"RTF: decode wall / audio seconds (audio and model loading excluded); WER pooled over "
+        f"these utterances; batch_seconds {rule.batch_seconds:g};{ONE_AT_A_TIME}: one utterance "
+        "per forward pass, as Speech2Text decodes."
+    )
+    data = figures_json(
+        WORKFLOW_COLUMNS, rows, load_before=load_before, notes=[note],
+        settings=settings_of(args),
+    )  # fmt: skip
+    stamp_rows(data, ["commit"])
+    write_figures("eval_speed", data)
+
+
+WORKFLOW_COLUMNS = (
+    ("what", "what (script)"),
+    ("asrflow", "asrflow"),
+    ("against", "against"),
+    ("ratio", "ratio"),
+    ("goal", "goal"),
+    ("commit", "commit"),
+)
+"""The columns of ``docs/figures/performance_workflow.json``."""
+
+
+def figures_rows(
+    systems: Sequence[System],
+    cuts: Sequence[Any],
+    contract: TextNormalization,
+    audio_seconds: float,
+    stat: str,
+    setup: str,
+) -> list[dict[str, Any]]:
+    """A row of ``results/bench/eval_speed.json`` (:data:`WORKFLOW_COLUMNS`; the commit is the
+    file's, filled in by ``main``) per asrflow system, against every Speech2Text system; the
+    goal (at least Speech2Text beam 1's speed) on ``greedy_ctc``. ``setup``: what was decoded
+    and how, the start of each row's ``what``."""
+    pick = statistics.median if stat == "median" else min
+
+    def figures(s: System) -> tuple[float, str]:
+        scores = [
+            score_utterance(c.id, text(c), h, contract) for c, h in zip(cuts, s.hyps, strict=True)
+        ]
+        wer = pooled(scores)["wer"]
+        wall = pick(s.seconds)
+        shown = f"RTF {wall / audio_seconds:.4f}, WER " + (
+            "n/a" if wer is None else f"{100 * wer:.2f} %"
+        )
+        return wall, shown + (" (transcripts varied between rounds)" if s.unstable else "")
+
+    references = [s for s in systems if s.name.startswith("Speech2Text")]
+    against = {s.name: figures(s) for s in references}
+    rows = []
+    for s in systems:
+        if s.name.startswith("Speech2Text"):
+            continue
+        wall, shown = figures(s)
+        goal = "-"
+        if s.name == "asrflow greedy_ctc":
+            met = against[REFERENCE][0] / wall >= 1.0
+            goal = f">= 1x {REFERENCE}'s speed: {'met' if met else 'NOT met'}"
+        rows.append(
+            {
+                "what": f"{setup}: {s.name}, {s.dtype}",
+                "asrflow": shown,
+                "against": "; ".join(
+                    f"{name}, float32: {fig}" for name, (_, fig) in against.items()
+                ),
+                "ratio": ", ".join(
+                    f"{ref_wall / wall:.1f}x {name}'s speed"
+                    for name, (ref_wall, _) in against.items()
+                ),
+                "goal": goal,
+            }
+        )
+    return rows
 
 
 def report(

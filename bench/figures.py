@@ -9,6 +9,7 @@ the file copied to ``docs/figures/``::
     uv run python bench/render_tables.py
 
 Used by the benchmarks run as scripts from ``bench/`` (``from figures import write_figures``).
+``ASRFLOW_BENCH_OUT`` names another folder for the files (the tests write to a temporary one).
 Run alone, it prints such a file as the Markdown table the docs would show::
 
     uv run python bench/figures.py results/bench/rerun_speed.json
@@ -30,6 +31,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results" / "bench"
+OUT_VARIABLE = "ASRFLOW_BENCH_OUT"
+"""An environment variable: where the files go instead of :data:`OUT`."""
 
 
 def machine() -> str:
@@ -88,8 +91,42 @@ def figures_json(
     return data
 
 
-def write_figures(name: str, data: dict[str, Any], out: Path = OUT) -> Path:
-    """Write ``data`` to ``out/<name>.json`` (whole or not at all) and return the path."""
+def settings_of(args: Any) -> dict[str, Any]:
+    """An ``argparse.Namespace`` as the ``settings`` of :func:`figures_json`: numbers, flags,
+    lists and ``None`` as they are, anything else (a path) as its text.
+
+    >>> import argparse
+    >>> settings_of(argparse.Namespace(steps=40, quick=True, workdir=Path("/tmp/w"), set=[]))
+    {'steps': 40, 'quick': True, 'workdir': '/tmp/w', 'set': []}
+    """
+
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return str(value)
+
+    return {key: plain(value) for key, value in vars(args).items()}
+
+
+def stamp_rows(data: dict[str, Any], keys: Sequence[str] = ("machine", "date", "commit")) -> None:
+    """Copy ``data``'s ``keys`` into each of its rows: for the docs tables whose rows come from
+    several measurements and carry these as columns (``docs/figures/performance_training.json``).
+
+    >>> data = {"machine": "M", "date": "D", "commit": "C", "rows": [{"what": "x"}]}
+    >>> stamp_rows(data)
+    >>> data["rows"]
+    [{'what': 'x', 'machine': 'M', 'date': 'D', 'commit': 'C'}]
+    """
+    for row in data["rows"]:
+        row.update({key: data.get(key) for key in keys})
+
+
+def write_figures(name: str, data: dict[str, Any], out: Path | None = None) -> Path:
+    """Write ``data`` to ``out/<name>.json`` (whole or not at all) and return the path; ``out``
+    by default ``$ASRFLOW_BENCH_OUT``, or else ``results/bench``."""
+    out = out or Path(os.environ.get(OUT_VARIABLE) or OUT)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")

@@ -3,6 +3,11 @@
 #
 #   bench/gpu_check.sh [OUT_DIR]        (default results/gpu_check; figures in OUT_DIR/summary.txt)
 #
+# Each benchmark also writes its figures as JSON into OUT_DIR (bench/figures.py,
+# ASRFLOW_BENCH_OUT): eval_dtype.json, espnet_speed.json, and train_speed.json under
+# OUT_DIR/demo_conformer/ and OUT_DIR/a100_conformer/ (each a row of
+# docs/figures/gpu_train_speed.json).
+#
 # Runs, each under a time limit so that one failing stage leaves the others' figures:
 #   1. the whole DAG with bench/gpu.yaml (demo run on one GPU, precision auto = bf16-mixed);
 #   2. bench/eval_dtype.py on cuda: an export decoded in float32 and bfloat16;
@@ -18,6 +23,7 @@ OUT=${1:-results/gpu_check}
 PY=${PY:-uv run python}
 SNAKEMAKE=${SNAKEMAKE:-uv run snakemake}
 mkdir -p "$OUT"
+export ASRFLOW_BENCH_OUT=$OUT
 START=$(date +%s)
 stamp() { echo "== $1 at +$(($(date +%s) - START))s" | tee -a "$OUT/summary.txt"; }
 
@@ -48,20 +54,22 @@ stamp "eval dtype"
 PKG=$(ls -d results/runs/demo_ctc/export/*/ | head -1)
 timeout -k 5 120 $PY bench/eval_dtype.py "$PKG" $DEV --device cuda --threads 4 \
     >"$OUT/eval_dtype.txt" 2>&1
-tail -3 "$OUT/eval_dtype.txt" >>"$OUT/summary.txt"
+tail -4 "$OUT/eval_dtype.txt" >>"$OUT/summary.txt"
 
 stamp "train speed, demo_conformer"
-timeout -k 5 120 $PY bench/train_speed.py config/recipes/demo_conformer.yaml --train $TRAIN \
+ASRFLOW_BENCH_OUT=$OUT/demo_conformer \
+    timeout -k 5 120 $PY bench/train_speed.py config/recipes/demo_conformer.yaml --train $TRAIN \
     --dev $DEV --tokenizer $TOK --precisions 32-true bf16-mixed --steps 100 --warmup 20 \
     --threads 4 --set batching.num_workers=4 >"$OUT/train_speed_demo.txt" 2>&1
-tail -3 "$OUT/train_speed_demo.txt" >>"$OUT/summary.txt"
+tail -4 "$OUT/train_speed_demo.txt" >>"$OUT/summary.txt"
 
 stamp "train speed, a100_conformer"
-timeout -k 5 240 $PY bench/train_speed.py config/recipes/a100_conformer.yaml --train $TRAIN \
+ASRFLOW_BENCH_OUT=$OUT/a100_conformer \
+    timeout -k 5 240 $PY bench/train_speed.py config/recipes/a100_conformer.yaml --train $TRAIN \
     --dev $DEV --tokenizer $TOK --precisions 32-true bf16-mixed bf16-true --steps 40 --warmup 8 \
     --threads 4 --set batching.max_duration=250 --set batching.num_workers=6 \
     --set batching.num_buckets=10 >"$OUT/train_speed_a100.txt" 2>&1
-tail -4 "$OUT/train_speed_a100.txt" >>"$OUT/summary.txt"
+tail -5 "$OUT/train_speed_a100.txt" >>"$OUT/summary.txt"
 
 stamp "asrflow against ESPnet2's trainer on the GPU, a100_conformer"
 timeout -k 10 "${ESPNET_S:-300}" $PY bench/espnet_speed.py --device cuda --quick \

@@ -18,7 +18,9 @@ table on any machine::
     uv run python bench/padding_sweep.py [--buckets 10,20,30] [--epochs 3] [--set KEY=VALUE]
 
 Needs the demo's filtered train cuts (see ``bench/espnet_speed.py``; ``--train`` and
-``--recipe`` name others).
+``--recipe`` name others). The table is also written as ``results/bench/padding_sweep.json``
+(``bench/figures.py``; no docs table reads it: ``docs/figures/buckets.json`` holds the WER of
+trained runs at two bucket counts, which this script cannot measure).
 """
 
 from __future__ import annotations
@@ -60,6 +62,38 @@ def sweep_row(cuts: Any, span: tuple[float, float], batching: Any, epochs: int) 
     }
 
 
+COLUMNS = (
+    ("buckets", "buckets"),
+    ("bins", "bins"),
+    ("batches", "batches/epoch"),
+    ("audio", "audio s/batch"),
+    ("share", "padding_share"),
+    ("median", "median batch padding"),
+    ("widest", "widest bucket"),
+)
+
+
+def figures_row(r: dict[str, Any], recipe_buckets: int) -> dict[str, Any]:
+    """A :func:`sweep_row` as a row of ``results/bench/padding_sweep.json`` (:data:`COLUMNS`).
+
+    >>> row = {"buckets": 2, "bins": 2, "batches": 2.0, "audio": 6.0, "share": 1 / 7,
+    ...        "median": 1 / 6, "widest": (1.0, 3.0)}
+    >>> figures_row(row, 10)["share"], figures_row(row, 2)["widest"]
+    ('14.3 %', "1.00-3.00 s (the recipe's)")
+    """
+    lo, hi = r["widest"]
+    mark = " (the recipe's)" if r["buckets"] == recipe_buckets else ""
+    return {
+        "buckets": r["buckets"],
+        "bins": r["bins"],
+        "batches": round(r["batches"], 1),
+        "audio": round(r["audio"], 2),
+        "share": f"{100 * r['share']:.1f} %",
+        "median": f"{100 * r['median']:.1f} %",
+        "widest": f"{lo:.2f}-{hi:.2f} s{mark}",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default=str(REPO / RECIPE))
@@ -69,6 +103,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--quick", action="store_true", help="one epoch (bench/run_all.sh)")
     args = parser.parse_args()
+    from figures import figures_json, load, settings_of, write_figures  # bench/, beside this
+
+    load_before = load()
     if not Path(args.train).is_file():
         sys.exit(
             f"padding_sweep: {args.train} is missing. Make the demo's filtered cuts first "
@@ -95,8 +132,10 @@ def main() -> None:
     )
     print(head)
     print("-" * (len(head) + 14))
+    rows = []
     for n in counts:
         r = sweep_row(cuts, span, dataclasses.replace(b, num_buckets=n), epochs)
+        rows.append(figures_row(r, b.num_buckets))
         lo, hi = r["widest"]
         mark = "  (the recipe's)" if n == b.num_buckets else ""
         print(
@@ -108,6 +147,16 @@ def main() -> None:
         "padding); median batch: the median of the per-batch padding ratios; bins: what Lhotse "
         "estimated (fewer than asked on small or uniform data). Accuracy: see the docstring."
     )
+    notes = [
+        f"{Path(args.recipe).name}, {len(cuts)} train cuts ({sum(durations) / 3600:.2f} h), "
+        f"max_duration {b.max_duration:g} s, seed {b.seed}, {epochs} epoch(s) sampled per "
+        "bucket count; no audio read. padding_share: 1 - audio / padded audio over all batches; "
+        "median batch padding: the median of the per-batch padding ratios; bins: what Lhotse "
+        "estimated."
+    ]
+    settings = settings_of(args) | {"epochs": epochs}
+    data = figures_json(COLUMNS, rows, load_before=load_before, notes=notes, settings=settings)
+    write_figures("padding_sweep", data)
 
 
 if __name__ == "__main__":

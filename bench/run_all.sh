@@ -3,6 +3,10 @@
 #
 #   bench/run_all.sh [--quick] [OUT_DIR]     (default OUT_DIR results/bench; --quick: minutes)
 #
+# Each writes what it prints to OUT_DIR/<name>.txt (its log to <name>.log) and its figures as data
+# to OUT_DIR/<name>.json (bench/figures.py, through ASRFLOW_BENCH_OUT): a file worth keeping is
+# copied to docs/figures/ and rendered by bench/render_tables.py (docs/development.md).
+#
 #   1. bench/rerun_speed.py  - hashing against sha256sum, the cached re-check, the no-op dry run
 #   2. bench/eval_speed.py   - asrflow's decoders against ESPnet's Speech2Text (beam 1 and 10)
 #   3. bench/espnet_speed.py - asrflow's training loop against ESPnet2's trainer and a bare loop
@@ -28,6 +32,7 @@ fi
 OUT=${1:-results/bench}
 PY=${PY:-uv run python}
 mkdir -p "$OUT"
+export ASRFLOW_BENCH_OUT=$OUT
 SUMMARY="$OUT/summary.txt"
 START=$(date +%s)
 {
@@ -55,4 +60,5 @@ run espnet_speed "${TRAIN_S:-2400}" bench/espnet_speed.py
 run padding_sweep "${PADDING_S:-600}" bench/padding_sweep.py
 run shard_speed "${SHARD_S:-1800}" bench/shard_speed.py
 run worker_start "${WORKER_S:-1200}" bench/worker_start.py
-echo "== done in $(($(date +%s) - START)) s; tables in $SUMMARY" | tee -a "$SUMMARY"
+echo "== done in $(($(date +%s) - START)) s; tables in $SUMMARY, figures in $OUT/*.json" |
+    tee -a "$SUMMARY"

@@ -17,6 +17,11 @@ systems (raw texts with case and punctuation, scored by :func:`asrflow.evaluate.
 score_utterance` and written as ``utterances.csv`` like an evaluation's) at several error rates,
 ``--seeds`` eval sets each, and a count of agreements per scenario. Needs SCTK (Debian package
 ``sctk``; see :mod:`asrflow.evaluate.sctk`).
+
+Every pair is also a row of ``results/bench/sctk_crosscheck.json`` (``bench/figures.py``), in
+the columns of ``docs/figures/sctk_crosscheck.json``, the table in docs/evaluation.md: a run on
+the demo's two evaluations can be copied over it (``cp results/bench/sctk_crosscheck.json
+docs/figures/``, then ``uv run python bench/render_tables.py``).
 """
 
 from __future__ import annotations
@@ -126,6 +131,51 @@ def print_table(rows: Sequence[Row]) -> None:
         )
 
 
+COLUMNS = (
+    ("set", "eval set"),
+    ("wer_a", "WER a"),
+    ("wer_b", "WER b"),
+    ("counts", "counts"),
+    ("bootstrap", "bootstrap difference [95 %]"),
+    ("mapsswe", "MAPSSWE"),
+    ("verdict", "verdict"),
+)
+
+
+def figures_row(r: Row) -> dict[str, str]:
+    """One pair as a row of ``results/bench/sctk_crosscheck.json`` (:data:`COLUMNS`)."""
+    counts = (
+        f"{r.counts_differ} utterance(s) counted differently by sclite"
+        if r.counts_differ
+        else "no utterance counted differently"
+    )
+    boot, maps = r.bootstrap_significant, r.mapsswe.significant
+    verdict = {
+        (True, True): "significant for both",
+        (False, False): "not significant for either",
+        (True, False): "significant for the bootstrap only",
+        (False, True): "significant for MAPSSWE only",
+    }[(boot, maps)]
+    return {
+        "set": f"{r.name}, {r.utterances} utt.",
+        "wer_a": f"{100 * r.wer_a:.2f} %",
+        "wer_b": f"{100 * r.wer_b:.2f} %",
+        "counts": counts,
+        "bootstrap": (f"{100 * r.diff:+.2f} points [{100 * r.low:+.2f}, {100 * r.high:+.2f}]"),
+        "mapsswe": f"Z = {r.mapsswe.z:.3f} (p {r.mapsswe.p:.2f})",
+        "verdict": verdict,
+    }
+
+
+def write_json(rows: Sequence[Row], load_before: str, settings: dict, notes: list[str]) -> None:
+    """``results/bench/sctk_crosscheck.json``: a row per pair."""
+    from figures import figures_json, write_figures  # bench/, beside this script
+
+    table = [figures_row(r) for r in rows]
+    data = figures_json(COLUMNS, table, load_before=load_before, notes=notes, settings=settings)
+    write_figures("sctk_crosscheck", data)
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -222,19 +272,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.evals and len(args.evals) != 2:
         parser.error("give two evaluations (folders with utterances.csv, or the CSVs)")
+    from figures import load, settings_of  # bench/, beside this script
+
+    load_before, settings = load(), settings_of(args)
+    note = (
+        "a minus b; bootstrap: asrflow's paired bootstrap (1000 resamples, seed 0); MAPSSWE: "
+        "sc_stats' matched-pair test, significant at 95 %; counts: utterances whose errors "
+        "sclite counts otherwise than asrflow."
+    )
     if args.evals:
         a, b = args.evals
-        print_table([crosscheck(f"{a.name} vs {b.name}", a, b)])
+        rows = [crosscheck(f"{a.name} vs {b.name}", a, b)]
+        print_table(rows)
+        write_json(rows, load_before, settings, [f"a: {a}, b: {b}; {note}"])
         return
     pairs = [] if args.synthetic else demo_pairs()
     if pairs:
-        print_table([crosscheck(*pair) for pair in pairs])
+        rows = [crosscheck(*pair) for pair in pairs]
+        print_table(rows)
+        write_json(rows, load_before, settings, [f"Pairs of {DEMO_EVAL}/*/{DEMO_SET}; {note}"])
         return
     print(f"simulated systems: {args.seeds} eval sets of {args.utterances} utterances a scenario")
     with tempfile.TemporaryDirectory(prefix="asrflow-sctk-bench-") as tmp:
         rows = synthetic(Path(tmp), args.seeds, args.utterances)
     print_table(rows)
     print_agreement(rows)
+    what = f"Simulated systems, {args.seeds} eval sets of {args.utterances} utterances a scenario"
+    write_json(rows, load_before, settings, [f"{what}; {note}"])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,11 @@ The data half (synthesis, import, validation, filter, tokenizer) runs with Snake
 work directory first (~1 minute); runs resume from their work directories when rerun. ``--steps``
 below the recipe's ``trainer.max_steps`` trains a shorter run (its own cosine schedule). The two
 full runs took 85 minutes on a shared 2-core machine (docs/training.md, "Loss spikes").
+
+Each run is also a row of ``results/bench/spike_detector.json`` (``bench/figures.py``), in the
+columns of ``docs/figures/spike_detector.json``, the table in docs/training.md ("Loss spikes"):
+a fresh run of both can be copied over it (``cp results/bench/spike_detector.json
+docs/figures/``, then ``uv run python bench/render_tables.py``).
 """
 
 from __future__ import annotations
@@ -210,6 +215,57 @@ def report(
         print(f"  planted {p['id']}: {where}{detail}")
 
 
+COLUMNS = (
+    ("train", "train set, steps"),
+    ("flagged", "steps flagged"),
+    ("planted", "planted utterances' rank among suspects (blamed/appearances, score)"),
+    ("dev_wer", "dev WER"),
+    ("commit", "commit"),
+    ("minutes", "minutes"),
+)
+
+
+def figures_row(
+    name: str,
+    summary: dict[str, Any],
+    seconds: float,
+    ranking: list[dict[str, Any]],
+    planted: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One run as a row of ``results/bench/spike_detector.json`` (:data:`COLUMNS`; the commit
+    is the file's, filled in by :func:`write_json`): what :func:`report` prints of it."""
+    steps, spikes = summary["steps"], summary["loss_spikes"]
+    flagged = f"{spikes} of {steps} ({100 * spikes / max(steps, 1):.2f} %)"
+    ranks = {s["id"]: (k + 1, s) for k, s in enumerate(ranking)}
+    found = [ranks[p["id"]] for p in planted if p["id"] in ranks] if name == "planted" else []
+    if name == "planted":
+        blamed = sum(s["spikes"] for _, s in found)
+        flagged += f"; planted utterances blamed {blamed} time(s)"
+        where = ", ".join(f"{k} ({s['spikes']}/{s['appearances']}, {s['score']})" for k, s in found)
+        missed = len(planted) - len(found)
+        where += (", " if where and missed else "") + (f"{missed} never blamed" if missed else "")
+    else:
+        flagged += f": {len(ranking)} utterance(s) blamed"
+        where = None
+    wer = summary["final_metrics"].get("valid/wer")
+    return {
+        "train": f"{name if name == 'clean' else f'{len(planted)} planted'}, {steps}",
+        "flagged": flagged,
+        "planted": where,
+        "dev_wer": None if wer is None else f"{100 * wer:.2f} %",
+        "minutes": f"{seconds / 60:.0f}",
+    }
+
+
+def write_json(rows: list[dict[str, Any]], load_before: str, args: argparse.Namespace) -> None:
+    """``results/bench/spike_detector.json``: a row per run."""
+    from figures import figures_json, settings_of, stamp_rows, write_figures  # bench/
+
+    data = figures_json(COLUMNS, rows, load_before=load_before, settings=settings_of(args))
+    stamp_rows(data, ["commit"])
+    write_figures("spike_detector", data)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/asrflow-spike-bench"))
@@ -220,6 +276,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     args.workdir.mkdir(parents=True, exist_ok=True)
+    from figures import load  # bench/, beside this script
+
+    load_before, rows = load(), []
     started = time.time()
     data = prepare_data(args.workdir.resolve())
     planted_cuts = args.workdir / "planted_train.jsonl.gz"
@@ -232,9 +291,12 @@ def main() -> None:
         if args.only and name != args.only:
             continue
         summary, seconds, work = train(name, args.workdir, data, cuts, args.steps)
-        report(name, summary, seconds, full_ranking(work), planted)
+        ranking = full_ranking(work)
+        report(name, summary, seconds, ranking, planted)
         print(loss_census(work, data, cuts, planted))
+        rows.append(figures_row(name, summary, seconds, ranking, planted))
     print(f"\ntotal {(time.time() - started) / 60:.1f} min")
+    write_json(rows, load_before, args)
 
 
 if __name__ == "__main__":

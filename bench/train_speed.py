@@ -15,6 +15,11 @@ run: these machines are shared and noisy::
 
 ``--set KEY=VALUE`` overrides a recipe key as a run's ``overrides`` would (VALUE is YAML). On a CPU
 without avx512_bf16/AMX, bf16 is ~10x slower than fp32 (``precision: auto`` picks fp32 there).
+
+The figures are also written as ``results/bench/train_speed.json`` (``bench/figures.py``), one
+row in the columns of ``docs/figures/gpu_train_speed.json``, the GPU table in docs/training.md
+(a precision with no column there gets a column of its own): add its row to that file's rows
+(the file holds a row per recipe), then ``uv run python bench/render_tables.py``.
 """
 
 from __future__ import annotations
@@ -96,6 +101,37 @@ def measure(spec: RunSpec, overrides: dict[str, Any], precision: str, steps: int
     return timer
 
 
+PRECISION_KEYS = {"32-true": "tf32", "bf16-mixed": "bf16_mixed", "bf16-true": "bf16_true"}
+"""The columns of ``docs/figures/gpu_train_speed.json`` by precision."""
+
+
+def figures_table(
+    recipe: str, max_duration: float, rows: list[tuple[str, float, float, float, float]], gpu: bool
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The columns and the one row of ``results/bench/train_speed.json`` from ``main``'s
+    ``rows`` (precision, median and mean s/step, audio s/s, peak GiB): a cell per precision.
+
+    >>> columns, row = figures_table("x/demo.yaml", 20, [("bf16-true", 0.158, 0.2, 9, 4.5)], True)
+    >>> [key for key, _ in columns]
+    ['recipe', 'tf32', 'bf16_mixed', 'bf16_true']
+    >>> row
+    {'recipe': '`demo`, 20 s', 'bf16_true': '0.158 s/step, 4.5 GiB'}
+    """
+    columns = [
+        ("recipe", "recipe, batch"),
+        ("tf32", "`32-true` (TF32)" if gpu else "`32-true`"),
+        ("bf16_mixed", "`bf16-mixed`"),
+        ("bf16_true", "`bf16-true`"),
+    ]
+    row: dict[str, Any] = {"recipe": f"`{Path(recipe).stem}`, {max_duration:g} s"}
+    for precision, median, _mean, _rate, peak in rows:
+        key = PRECISION_KEYS.get(precision, precision.replace("-", "_"))
+        if key not in dict(columns):
+            columns.append((key, f"`{precision}`"))
+        row[key] = f"{median:.3f} s/step" + (f", {peak:.1f} GiB" if peak else "")
+    return columns, row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe")
@@ -111,6 +147,9 @@ def main() -> None:
     if args.steps <= args.warmup:
         parser.error("--steps must be larger than --warmup")
     torch.set_num_threads(args.threads)
+    from figures import figures_json, load, settings_of, write_figures  # bench/, beside this
+
+    load_before = load()
     overrides = dotted_overrides(args.set)
     tok = Path(args.tokenizer)
     spec = RunSpec(
@@ -141,6 +180,20 @@ def main() -> None:
             f"{precision:<12}{median:>14.4f}{mean:>13.4f}{rate:>11.0f}{peak:>10.2f}"
             f"{base / median:>21.2f}x"
         )
+    max_duration = load_recipe(args.recipe, overrides).batching.max_duration
+    columns, row = figures_table(args.recipe, max_duration, rows, torch.cuda.is_available())
+    notes = [
+        f"{device}, torch {torch.__version__}; median s/step over {args.steps} steps after "
+        f"{args.warmup}; overrides {overrides or '-'}. "
+        + "; ".join(
+            f"{precision}: mean {mean:.4f} s/step, {rate:.0f} audio s/s, "
+            f"{base / median:.2f}x the speed of {rows[0][0]}"
+            for precision, median, mean, rate, _ in rows
+        )
+    ]
+    settings = settings_of(args)
+    data = figures_json(columns, [row], load_before=load_before, notes=notes, settings=settings)
+    write_figures("train_speed", data)
 
 
 if __name__ == "__main__":

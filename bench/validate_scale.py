@@ -23,6 +23,11 @@ What it does:
 The first round in the process is "cold-ish" (imports done, but Lhotse/Python caches and the
 audio headers in the OS page cache only as warm as the generation left them; pass
 ``--drop-caches`` as root to empty the page cache first); later rounds (``--rounds``) are warm.
+
+The table is also written as ``results/bench/validate_scale.json`` (``bench/figures.py``; no
+docs table reads it yet). A few seconds on a tiny corpus::
+
+    uv run python bench/validate_scale.py --utterances 1000 --rounds 1 --no-breakdown
 """
 
 from __future__ import annotations
@@ -154,6 +159,20 @@ class Table:
         self.rows.append((round_name, stage, time.perf_counter() - t0, items))
         return result
 
+    COLUMNS = (("round", "round"), ("stage", "stage"), ("seconds", "seconds"), ("rate", "utt/s"))
+
+    def figures(self) -> list[dict[str, Any]]:
+        """The rows of ``results/bench/validate_scale.json`` (:data:`COLUMNS`)."""
+        return [
+            {
+                "round": round_name,
+                "stage": stage.strip(),  # the breakdown's indent would not survive Markdown
+                "seconds": round(seconds, 3),
+                "rate": f"{items / seconds:,.0f}" if seconds > 0 and items else None,
+            }
+            for round_name, stage, seconds, items in self.rows
+        ]
+
     def print(self) -> None:
         width = max(len(stage) for _, stage, _, _ in self.rows)
         print(f"\n{'round':<6} {'stage':<{width}} {'seconds':>9} {'utt/s':>11}")
@@ -275,6 +294,9 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    from figures import figures_json, load, settings_of, write_figures  # bench/, beside this
+
+    load_before = load()
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
@@ -322,6 +344,16 @@ def main() -> None:
         "--drop-caches); the indented breakdown rows run after validate_splits, so their "
         "header reads are always warm. GATE = import_nemo (all splits) + validate_splits."
     )
+    notes = [
+        f"{args.utterances:,} utterances, {args.threads} header-read threads. Round 'cold' is the "
+        "first in the process; the breakdown rows (after validate_splits) read warm headers. "
+        "GATE = import_nemo (all splits) + validate_splits."
+    ]
+    data = figures_json(
+        Table.COLUMNS, table.figures(), load_before=load_before, notes=notes,
+        settings=settings_of(args),
+    )  # fmt: skip
+    write_figures("validate_scale", data)
 
     if args.profile:
         import cProfile

@@ -23,6 +23,11 @@ median forward, and the total against ``preloaded``. Compare ratios measured in 
 
 Needs the demo's filtered cuts and tokenizer (see ``bench/espnet_speed.py``; the same
 ``--train``/``--dev``/``--tokenizer`` options).
+
+The figures are also written as ``results/bench/worker_start.json`` (``bench/figures.py``): one
+row in the columns of ``docs/figures/performance_training.json``, the training table of
+docs/performance.md, where it is added to the rows of the other runs (that table keeps every
+run's rows, each with its machine, date, commit and load).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any
 import torch
 from espnet_speed import (
     CORPUS,
+    PERFORMANCE_COLUMNS,
     RECIPE,
     REPO,
     TOKENIZER,
@@ -178,6 +184,37 @@ def run_loops(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return timed
 
 
+ASRFLOW_LOOPS = ("in-process (num_workers 0)", "worker, fork server (asrflow)")
+"""The loops that are asrflow's (the ``asrflow`` cell); the others are what it is set against."""
+
+
+def figures_row(timed: dict[str, list[dict[str, list[float]]]], setup: str) -> dict[str, Any]:
+    """The row of ``results/bench/worker_start.json`` (``PERFORMANCE_COLUMNS``; ``main`` adds
+    machine, date, commit and load): each loop's total over the timed steps against
+    ``preloaded``'s, and its median forward. ``setup``: the rounds and steps, for ``what``."""
+    base = sum(sum(r["seconds"]) for r in timed["preloaded"])
+
+    def cell(names: list[str]) -> str:
+        parts = []
+        for name in names:
+            runs = timed[name]
+            total = sum(s for r in runs for s in r["seconds"])
+            forward = statistics.median(s for r in runs for s in r["forward"])
+            parts.append(f"{name}: {total / base:.3f}x / {forward:.4f} s")
+        return "; ".join(parts)
+
+    return {
+        "what": (
+            f"what a loader worker costs a step (`worker_start.py`, {setup}; total over the "
+            "timed steps against preloaded / median forward)"
+        ),
+        "asrflow": cell([n for n in timed if n in ASRFLOW_LOOPS]),
+        "against": cell([n for n in timed if n not in ASRFLOW_LOOPS]),
+        "ratio": "-",
+        "goal": "-",
+    }
+
+
 def main() -> None:
     results = REPO / layout.RESULTS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -218,6 +255,18 @@ def main() -> None:
             f"{name:32s} {statistics.median(seconds):8.4f} {total:8.2f} "
             f"{statistics.median(forward):8.4f}  {total / base:10.3f}x  {rounds}"
         )
+    from figures import figures_json, settings_of, stamp_rows, write_figures  # bench/
+
+    setup = f"{args.rounds} rounds of {args.steps} steps after {args.warmup}"
+    data = figures_json(
+        PERFORMANCE_COLUMNS, [figures_row(timed, setup)], load_before=load_before,
+        notes=[f"{versions()}; {args.threads} torch threads, fp32."],
+        settings=settings_of(args),
+    )  # fmt: skip
+    stamp_rows(data)
+    for row in data["rows"]:
+        row["load"] = load_before.split()[0]  # the docs table's load: the 1-min one, before
+    write_figures("worker_start", data)
 
 
 if __name__ == "__main__":

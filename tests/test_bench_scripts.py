@@ -45,23 +45,71 @@ def test_run_all_names_only_scripts_that_exist() -> None:
             assert (REPO / line.split()[3]).is_file(), line
 
 
+def run_bench(script: str, *args: str, out: Path) -> subprocess.CompletedProcess:
+    """``bench/<script>`` run with its figures written under ``out`` (``ASRFLOW_BENCH_OUT``)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), *args],
+        cwd=REPO,
+        env={**environment(), "ASRFLOW_BENCH_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def figures_file(out: Path, name: str, columns: list[str], rows: int) -> dict[str, Any]:
+    """``out/<name>.json`` after checking its layout: these column keys, this many rows, every
+    cell under a column, and what bench/figures.py adds; rendered as a table."""
+    data = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    assert [key for key, _ in data["columns"]] == columns
+    assert len(data["rows"]) == rows, data["rows"]
+    for key in ("machine", "date", "commit", "load", "source", "settings"):
+        assert data[key], key
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from render_tables import figures_table
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert figures_table(data).count("\n| ") == rows + 1  # the header and a line a row
+    return data
+
+
 def test_padding_sweep_prints_the_padding_of_known_batches(tmp_path: Path) -> None:
     # 1 + 3 s padded to 6 s and 4 + 4 s: 2 of 14 padded seconds are padding (14.3 %)
     from asrflow.data.cuts import save_cuts
     from tests.train.test_audit import make_cuts
 
     save_cuts(make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0]), tmp_path / "train.jsonl.gz")
-    proc = subprocess.run(
-        [
-            sys.executable, str(REPO / "bench/padding_sweep.py"),
-            "--train", str(tmp_path / "train.jsonl.gz"), "--buckets", "2", "--epochs", "1",
-            "--set", "batching.max_duration=8", "--set", "batching.shuffle=false",
-        ],
-        cwd=REPO, env=environment(), capture_output=True, text=True, timeout=300,
+    proc = run_bench(
+        "padding_sweep.py",
+        "--train", str(tmp_path / "train.jsonl.gz"), "--buckets", "2,3", "--epochs", "1",
+        "--set", "batching.max_duration=8", "--set", "batching.shuffle=false",
+        out=tmp_path / "figures",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["2"]]
     assert row[:6] == ["2", "2", "2.0", "6.00", "14.3%", "16.7%"], proc.stdout
+    columns = ["buckets", "bins", "batches", "audio", "share", "median", "widest"]
+    data = figures_file(tmp_path / "figures", "padding_sweep", columns, rows=2)
+    assert data["rows"][0]["share"] == "14.3 %"
+    assert data["settings"]["buckets"] == "2,3" and data["settings"]["epochs"] == 1
+
+
+def test_audio_state_scale_writes_a_row_per_check(tmp_path: Path) -> None:
+    args = ("--files", "20", "--rounds", "1", "--workdir", str(tmp_path / "work"))
+    run_bench("audio_state_scale.py", *args, out=tmp_path)
+    data = figures_file(tmp_path, "audio_state_scale", ["check", "seconds"], rows=4)
+    assert [r["check"] for r in data["rows"]] == ["first", "unchanged", "touched", "one changed"]
+    assert data["settings"]["files"] == 20
+
+
+def test_validate_scale_writes_a_row_per_stage(tmp_path: Path) -> None:
+    # one round without the breakdown: 3 imports, their sum, save, load, validate, the gate
+    args = ("--utterances", "1000", "--rounds", "1", "--no-breakdown")
+    run_bench("validate_scale.py", *args, "--workdir", str(tmp_path / "work"), out=tmp_path)
+    data = figures_file(tmp_path, "validate_scale", ["round", "stage", "seconds", "rate"], rows=8)
+    assert data["rows"][-1]["stage"] == "GATE = import + validate"
 
 
 def load_bench(script: Path) -> Any:
@@ -69,10 +117,12 @@ def load_bench(script: Path) -> Any:
     spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
+    sys.path.insert(0, str(script.parent))  # as when run: its neighbours import (figures.py)
     try:
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
+        sys.path.remove(str(script.parent))
     return module
 
 
@@ -110,6 +160,58 @@ def test_espnet_speed_gives_each_ratio_with_its_rounds(capsys) -> None:
     assert "goal <= 1.05x: NOT met; rounds 1.000-1.200x, 1 of 2 within the goal" in vs_bare
     vs_espnet = lines["asrflow / ESPnet2 trainer, time per audio second"]
     assert "goal <= 1.00x: NOT met; rounds 1.000-1.200x, 1 of 2 within the goal" in vs_espnet
+
+
+def test_espnet_speed_rows_have_the_docs_tables_columns() -> None:
+    # the rounds of the test above: asrflow 1.2x and 1.0x the bare loop, ESPnet2 equal to it
+    bench = load_bench(REPO / "bench/espnet_speed.py")
+    assert [key for key, _ in bench.PERFORMANCE_COLUMNS] == docs_columns(
+        "performance_training.json"
+    )
+
+    def row(label: str, steps: list[list[float]]) -> Any:
+        timed = []
+        for seconds in steps:
+            t = bench.Timed(label, 16000, lengths=[(16000,)] * 3, padded=[16000] * 3)
+            t.starts = [0.0, seconds[0], seconds[0] + seconds[1]]
+            timed.append(t)
+        return bench.Row(label, timed, warmup=0, steps=2)
+
+    espnet = row("ESPnet2 trainer (numel)", [[0.1, 0.1], [0.1, 0.1]])
+    asrflow = row("asrflow", [[0.12, 0.12], [0.1, 0.1]])
+    bare = row("bare loop", [[0.1, 0.1], [0.1, 0.1]])
+    step, overhead = bench.figures_rows(espnet, asrflow, bare, bare, "training, x")
+    assert step["what"] == "training, x"
+    assert step["asrflow"] == "0.1100 s/step (median), 9 audio s/s; 0.0 % padding"
+    assert step["against"] == (
+        "ESPnet2's trainer: 0.1000 s/step (median), 10 audio s/s; 0.0 % padding"
+    )
+    assert step["ratio"].startswith("1.100x the time per audio second (rounds 1.000-1.200x")
+    assert step["goal"] == "<= 1x: not met (1 of 2 rounds within)"
+    assert overhead["asrflow"].startswith("+10.0 ms/step")
+    assert overhead["ratio"].startswith(
+        "1.100x the bare loop (rounds 1.000-1.200x; ESPnet2: 1.000x"
+    )
+    assert overhead["goal"] == "<= 1.05x: not met (1 of 2 rounds within)"
+    assert {key for key, _ in bench.PERFORMANCE_COLUMNS} >= set(step) | set(overhead)
+
+
+def test_worker_start_row_has_the_docs_tables_columns() -> None:
+    bench = load_bench(REPO / "bench/worker_start.py")
+    loops = ["preloaded", "in-process (num_workers 0)", "worker, fork server (asrflow)"]
+    loops += ["worker, fork"]
+    timed = {
+        name: [{"seconds": [k * 0.1 + 1.0] * 2, "forward": [0.04, 0.05]}] * 2
+        for k, name in enumerate(loops)
+    }
+    row = bench.figures_row(timed, "2 rounds of 2 steps after 1")
+    assert row["what"].startswith("what a loader worker costs a step (`worker_start.py`, 2 rounds")
+    assert row["asrflow"] == (
+        "in-process (num_workers 0): 1.100x / 0.0450 s; "
+        "worker, fork server (asrflow): 1.200x / 0.0450 s"
+    )
+    assert row["against"] == "preloaded: 1.000x / 0.0450 s; worker, fork: 1.300x / 0.0450 s"
+    assert {key for key, _ in bench.PERFORMANCE_COLUMNS} >= set(row)
 
 
 def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
@@ -203,3 +305,163 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
         "| 5.00 % [3.00, 7.00] | 20.00 % [15.00, 25.00] | 12,345 | 2.90 | 0.000167 | 5.0, 9.0 |"
         in (table)
     )
+
+
+def docs_columns(name: str) -> list[str]:
+    data = json.loads((REPO / "docs/figures" / name).read_text(encoding="utf-8"))
+    return [key for key, _ in data["columns"]]
+
+
+def test_sctk_crosscheck_rows_have_the_docs_tables_columns() -> None:
+    from asrflow.evaluate.sctk import Mapsswe
+
+    bench = load_bench(REPO / "bench/sctk_crosscheck.py")
+    assert [key for key, _ in bench.COLUMNS] == docs_columns("sctk_crosscheck.json")
+    maps = Mapsswe(segments=136, mean=-0.01, std_dev=0.2, z=-0.705, significant=False)
+    row = bench.Row(
+        "demo.dev", 136, 0.0971, 0.0971, 0.0986, 0.0986, 0, -0.0015, -0.0055, 0.0036, maps
+    )
+    assert bench.figures_row(row) == {
+        "set": "demo.dev, 136 utt.",
+        "wer_a": "9.71 %",
+        "wer_b": "9.86 %",
+        "counts": "no utterance counted differently",
+        "bootstrap": "-0.15 points [-0.55, +0.36]",
+        "mapsswe": "Z = -0.705 (p 0.48)",
+        "verdict": "not significant for either",
+    }
+
+
+def test_spike_detector_rows_have_the_docs_tables_columns() -> None:
+    bench = load_bench(REPO / "bench/spike_detector.py")
+    assert [key for key, _ in bench.COLUMNS] == docs_columns("spike_detector.json")
+    planted = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    ranking = [
+        {"id": "a", "spikes": 5, "appearances": 15, "score": 9.05},
+        {"id": "x", "spikes": 2, "appearances": 15, "score": 1.14},
+        {"id": "b", "spikes": 4, "appearances": 14, "score": 6.4},
+    ]
+    summary = {"steps": 2400, "loss_spikes": 13, "final_metrics": {"valid/wer": 0.1724}}
+    row = bench.figures_row("planted", summary, 47 * 60, ranking, planted)
+    assert row == {
+        "train": "3 planted, 2400",
+        "flagged": "13 of 2400 (0.54 %); planted utterances blamed 9 time(s)",
+        "planted": "1 (5/15, 9.05), 3 (4/14, 6.4), 1 never blamed",
+        "dev_wer": "17.24 %",
+        "minutes": "47",
+    }
+    clean = bench.figures_row("clean", {**summary, "loss_spikes": 3}, 36 * 60, ranking, planted)
+    assert clean["train"] == "clean, 2400" and clean["planted"] is None
+    assert clean["flagged"] == "3 of 2400 (0.12 %): 3 utterance(s) blamed"
+
+
+def test_train_speed_row_has_the_gpu_tables_columns() -> None:
+    bench = load_bench(REPO / "bench/train_speed.py")
+    rows = [
+        ("32-true", 0.183, 0.19, 1300.0, 8.2),
+        ("bf16-mixed", 0.234, 0.24, 1000.0, 5.9),
+        ("bf16-true", 0.158, 0.16, 1500.0, 4.5),
+        ("16-mixed", 0.2, 0.21, 1200.0, 6.0),
+    ]
+    columns, row = bench.figures_table("config/recipes/a100_conformer.yaml", 250, rows, True)
+    keys = [key for key, _ in columns]
+    assert keys == [*docs_columns("gpu_train_speed.json"), "16_mixed"]
+    assert row == {
+        "recipe": "`a100_conformer`, 250 s",
+        "tf32": "0.183 s/step, 8.2 GiB",
+        "bf16_mixed": "0.234 s/step, 5.9 GiB",
+        "bf16_true": "0.158 s/step, 4.5 GiB",
+        "16_mixed": "0.200 s/step, 6.0 GiB",
+    }
+    _, cpu = bench.figures_table(
+        "demo_conformer.yaml", 20, [("32-true", 0.1, 0.1, 150, 0.0)], False
+    )
+    assert cpu["tf32"] == "0.100 s/step"  # no GPU memory on the CPU
+
+
+def test_eval_dtype_writes_a_row_per_dtype() -> None:
+    bench = load_bench(REPO / "bench/eval_dtype.py")
+    results = {
+        "float32": ({"wer": 0.2, "cer": 0.1}, ["a", "b", "c"], 4.0, {"encoder": "float32"}),
+        "bfloat16": ({"wer": 0.25, "cer": 0.1}, ["a", "x", "y"], 2.0, {"encoder": "bfloat16"}),
+    }
+    rows = bench.figures_rows(results, 200.0)
+    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"]
+    assert {key for key, _ in bench.COLUMNS} == set(rows[0])
+    assert (rows[0]["changed"], rows[1]["changed"], rows[1]["speed"]) == (0, 2, "2.00x")
+
+
+def test_eval_speed_rows_have_the_docs_tables_columns() -> None:
+    from asrflow.text import TextNormalization
+    from tests.train.test_audit import make_cuts
+
+    bench = load_bench(REPO / "bench/eval_speed.py")
+    assert [key for key, _ in bench.WORKFLOW_COLUMNS] == docs_columns("performance_workflow.json")
+    cuts = make_cuts(["one two", "three four"], [4.0, 6.0])
+
+    def system(name: str, dtype: str, seconds: float, hyps: list[str]) -> Any:
+        return bench.System(name, dtype, lambda: (hyps, seconds), 1.0, hyps, [seconds])
+
+    systems = [
+        system("Speech2Text beam 1", "float32", 0.2, ["one two", "three four"]),
+        system("Speech2Text beam 10", "float32", 0.4, ["one two", "three four"]),
+        system("asrflow greedy_ctc", "bfloat16", 0.05, ["one two", "three"]),
+        system("asrflow lexicon_lm", "float32", 0.4, ["one two", "three four"]),
+    ]
+    rows = bench.figures_rows(systems, cuts, TextNormalization(), 10.0, "median", "decoding x")
+    assert [r["what"] for r in rows] == [
+        "decoding x: asrflow greedy_ctc, bfloat16",
+        "decoding x: asrflow lexicon_lm, float32",
+    ]
+    greedy, lexicon = rows
+    assert greedy["asrflow"] == "RTF 0.0050, WER 25.00 %"
+    assert greedy["against"] == (
+        "Speech2Text beam 1, float32: RTF 0.0200, WER 0.00 %; "
+        "Speech2Text beam 10, float32: RTF 0.0400, WER 0.00 %"
+    )
+    assert greedy["ratio"] == "4.0x Speech2Text beam 1's speed, 8.0x Speech2Text beam 10's speed"
+    assert greedy["goal"] == ">= 1x Speech2Text beam 1's speed: met"
+    assert lexicon["goal"] == "-" and lexicon["ratio"].startswith("0.5x")
+
+
+def test_the_heavy_benchmarks_write_their_rows_with_the_run_in_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the end of espnet_speed's, spike_detector's and sctk_crosscheck's main, on fixture rows
+    import argparse
+
+    from asrflow.evaluate.sctk import Mapsswe
+    from asrflow.train.recipe import load_recipe
+
+    monkeypatch.setenv("ASRFLOW_BENCH_OUT", str(tmp_path))
+    espnet_speed = load_bench(REPO / "bench/espnet_speed.py")
+
+    def row(label: str, seconds: float) -> Any:
+        t = espnet_speed.Timed(label, 16000, lengths=[(16000,)] * 3, padded=[16000] * 3)
+        t.starts = [0.0, seconds, 2 * seconds]
+        return espnet_speed.Row(label, [t], warmup=0, steps=2)
+
+    args = argparse.Namespace(
+        recipe="config/recipes/demo_conformer.yaml", set=["batching.num_buckets=30"],
+        device="cpu", threads=2, breakdown=False, rounds=1, steps=2, warmup=0,
+    )  # fmt: skip
+    recipe = load_recipe(REPO / args.recipe)
+    loops = [row("ESPnet2 trainer (numel)", 0.1), row("asrflow", 0.11), row("bare", 0.1)]
+    espnet_speed.write_json(args, recipe, {}, 18.96, [*loops, loops[-1]], "0.50 0.40 0.30")
+    data = figures_file(tmp_path, "espnet_speed", docs_columns("performance_training.json"), 2)
+    assert all(r["load"] == "0.50" and r["commit"] == data["commit"] for r in data["rows"])
+    assert "`espnet_speed.py --set batching.num_buckets=30`" in data["rows"][0]["what"]
+
+    spike = load_bench(REPO / "bench/spike_detector.py")
+    summary = {"steps": 100, "loss_spikes": 0, "final_metrics": {"valid/wer": 0.5}}
+    rows = [spike.figures_row("clean", summary, 60.0, [], [])]
+    spike.write_json(rows, "0.1 0.1 0.1", argparse.Namespace(steps=100, plant=3))
+    data = figures_file(tmp_path, "spike_detector", docs_columns("spike_detector.json"), 1)
+    assert data["rows"][0]["commit"] == data["commit"]
+
+    sctk = load_bench(REPO / "bench/sctk_crosscheck.py")
+    maps = Mapsswe(segments=10, mean=0.0, std_dev=0.1, z=2.5, significant=True)
+    pair = sctk.Row("a vs b", 10, 0.1, 0.1, 0.2, 0.2, 1, -0.1, -0.15, -0.05, maps)
+    sctk.write_json([pair, pair], "0.1 0.1 0.1", {"seeds": 1}, ["a note"])
+    data = figures_file(tmp_path, "sctk_crosscheck", docs_columns("sctk_crosscheck.json"), 2)
+    assert data["rows"][0]["verdict"] == "significant for both"
