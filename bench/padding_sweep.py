@@ -19,8 +19,9 @@ table on any machine::
 
 Needs the demo's filtered train cuts (see ``bench/espnet_speed.py``; ``--train`` and
 ``--recipe`` name others). The table is also written as ``results/bench/padding_sweep.json``
-(``bench/figures.py``; no docs table reads it: ``docs/figures/buckets.json`` holds the WER of
-trained runs at two bucket counts, which this script cannot measure).
+(``bench/figures.py``), the columns of ``docs/figures/padding_sweep.json`` (docs/performance.md):
+copy a fresh run over it. ``docs/figures/buckets.json`` holds the WER of trained runs at two
+bucket counts, which this script cannot measure.
 """
 
 from __future__ import annotations
