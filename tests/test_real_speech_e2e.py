@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from asrflow.corpus.folds import FoldSettings, build_fold
+from asrflow.recipe.rules import RULES_VERSION
 from tests.e2e import REPO, environment, snakemake, write_config
 
 pytestmark = pytest.mark.slow
@@ -84,7 +85,7 @@ def test_the_plan_is_printed_before_anything_trains(project: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "run real: recipe auto (rules version 2)"
+    assert lines[0] == f"run real: recipe auto (rules version {RULES_VERSION})"
     assert "3 speakers" in lines[1] and "8 kHz" in lines[1] and "10 distinct words" in lines[1]
     text = "\n".join(lines)
     assert "frontend_conf.fs" in text and "8000: every train utterance is at 8 kHz" in text

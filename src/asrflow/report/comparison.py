@@ -351,21 +351,12 @@ def comparison_table(
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS, *BASELINE_DIFF_COLUMNS)
-    for col in (*numeric, "audio_seconds", "decode_seconds", "effective_batch_seconds"):
+    seconds = ("audio_seconds", "decode_seconds", "effective_batch_seconds", "seconds_total")
+    for col in (*numeric, *seconds, "seconds_excluded"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    for col in ("seconds_total", "seconds_excluded"):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    for col in (
-        *COUNTS,
-        "utterances_total",
-        "utterances_scored",
-        "utterances_excluded",
-        "steps",
-        "epochs",
-        "num_parameters",
-        "trainable_parameters",
-        "world_size",
-    ):
+    utterances = ("utterances_total", "utterances_scored", "utterances_excluded")
+    sizes = ("steps", "epochs", "num_parameters", "trainable_parameters", "world_size")
+    for col in (*COUNTS, *utterances, *sizes):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in HASHES:  # text even where every value is missing (e.g. no start weights)
         df[col] = df[col].astype(object)
