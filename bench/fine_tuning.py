@@ -28,6 +28,7 @@ One seed and one fold: differences within the intervals mean nothing without see
 from __future__ import annotations
 
 import argparse
+import copy
 import shlex
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ from real_speech import (  # a sibling script, not a package
     finish,
     fold_settings,
     parse_overrides,
+    place_recipe,
     project_config,
     run_snakemake,
     train_benchmark,
@@ -86,11 +88,12 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )  # fmt: skip
     (template,) = config["runs"].values()
     base = dict(shipped["runs"]["demo_ctc"], resources=dict(RESOURCES))
+    base["recipe"] = place_recipe(base["recipe"], work)  # config/recipes/ of the work dir
     if args.base_override:
         base["overrides"] = parse_overrides(args.base_override)
     runs: dict[str, Any] = {BASE: base}
     for way, init in WAYS.items():
-        runs[way] = {**template, **({"init": init} if init else {})}
+        runs[way] = copy.deepcopy({**template, **({"init": init} if init else {})})
     config["corpora"] = {DEMO: shipped["corpora"][DEMO], **config["corpora"]}
     config["tokenizers"] = dict(shipped["tokenizers"])
     config["runs"] = runs

@@ -282,6 +282,7 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
     assert config["runs"]["lora"]["init"]["adapter"]["rank"] == 8
     assert "init" not in config["runs"]["scratch"]
     assert set(config["corpora"]) == {"demo", "fsdd_lucas_devtakes"}
+    assert (tmp_path / "config/recipes/demo_conformer.yaml").is_file()  # the base's recipe
     # the config the workflow would check: every run resolves, the children take base's model
     full = with_defaults(config)  # as rules/common.smk completes it
     full = with_defaults({**full, **layout.with_default_tokenizers(full)})
