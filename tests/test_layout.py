@@ -113,13 +113,6 @@ def test_uses_holdout() -> None:
     assert [n for n in CONFIG["corpora"] if layout.uses_holdout(CONFIG, n)] == ["held", "held3"]
 
 
-def test_import_parts() -> None:
-    assert layout.import_parts(CONFIG, "demo") == ["train", "dev", "test"]
-    assert layout.import_parts(CONFIG, "mine") == ["train", "dev", "test"]
-    assert layout.import_parts(CONFIG, "held") == [layout.ALL]
-    assert layout.import_parts(CONFIG, "held3") == ["all"]
-
-
 def test_source_manifest() -> None:
     assert layout.source_manifest(CONFIG, "demo", "dev") == "results/corpora/demo/dev.jsonl"
     assert layout.source_manifest(CONFIG, "mine", "train") == "d/train.jsonl"

@@ -271,11 +271,6 @@ def splits(config: Config, name: str) -> list[str]:
     return sorted(names, key=lambda s: (s != "train", s))
 
 
-def import_parts(config: Config, name: str) -> list[str]:
-    """What the import rule is run on: every split, or ``all`` for a holdout corpus."""
-    return [ALL] if uses_holdout(config, name) else splits(config, name)
-
-
 def source_manifest(config: Config, name: str, part: str) -> str:
     """The manifest (or Kaldi dir) the import of ``part`` reads."""
     c = corpus(config, name)

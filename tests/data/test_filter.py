@@ -17,7 +17,6 @@ from asrflow.data.filter import (
     FilterConfig,
     filter_cuts,
     format_filter_report,
-    reason_by_id,
     removal_reason,
     write_filter_report,
 )
@@ -60,7 +59,8 @@ def test_each_reason() -> None:
     kept, report = filter_cuts(CutSet.from_cuts(case_cuts()), FilterConfig(), NORM)
     assert [c.id for c in kept] == ["ok"]
     expected = {cid: reason for cid, (_, _, reason) in CASES.items() if reason}
-    assert reason_by_id(report) == expected
+    removed = {cid: reason for reason, ids in report["removed_ids"].items() for cid in ids}
+    assert removed == expected
     assert set(report["removed_by_reason"]) == set(REASONS)
     for reason in REASONS:
         assert report["removed_by_reason"][reason] == sum(r == reason for r in expected.values())

@@ -276,12 +276,3 @@ def write_filter_report(report: Mapping[str, Any], json_path: Pathlike, txt_path
     """Write the report as stable JSON and as text (both atomic)."""
     write_json(json_path, report)
     write_text(txt_path, format_filter_report(report))
-
-
-def reason_by_id(report: Mapping[str, Any]) -> dict[str, str]:
-    """Removed cut ID -> reason, from a report (handy to look a cut up)."""
-    out: dict[str, str] = {}
-    for reason, ids in report["removed_ids"].items():
-        for cid in ids:
-            out[cid] = reason
-    return out
