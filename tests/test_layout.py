@@ -7,6 +7,9 @@ import pytest
 from asrflow import config_check, layout, runs
 from asrflow.errors import AsrflowError
 
+DEFAULT_FRACTIONS = {"dev": 0.1, "test": 0.1}
+"""The schema's default holdout fractions (a corpus whose holdout names none gets them)."""
+
 CONFIG = {
     "corpora": {
         "demo": {"source": "synthetic"},
@@ -15,7 +18,10 @@ CONFIG = {
             "manifests": {"test": "d/test.jsonl", "train": "d/train.jsonl", "dev": "d/dev.jsonl"},
         },
         "kal": {"source": "kaldi", "manifests": {"zz": "k/zz", "train": "k/train", "aa": "k/aa"}},
-        "held": {"source": "nemo", "holdout": {"manifest": "d/all.jsonl", "by": "session"}},
+        "held": {
+            "source": "nemo",
+            "holdout": {"manifest": "d/all.jsonl", "by": "session", "fractions": DEFAULT_FRACTIONS},
+        },
         "held3": {
             "source": "lhotse",
             "holdout": {"manifest": "h/all.jsonl.gz", "fractions": {"val": 0.05, "eval": 0.1}},
@@ -101,7 +107,7 @@ def test_artifacts_of_different_corpora_and_splits_do_not_collide() -> None:
         ("demo", ["train", "dev", "test"]),
         ("mine", ["train", "dev", "test"]),
         ("kal", ["train", "aa", "zz"]),
-        ("held", ["train", "dev", "test"]),  # default fractions
+        ("held", ["train", "dev", "test"]),  # the schema's default fractions
         ("held3", ["train", "eval", "val"]),
     ],
 )
@@ -181,7 +187,10 @@ def test_all_targets() -> None:
     config = {
         "corpora": {
             "demo": {"source": "synthetic"},
-            "held": {"source": "nemo", "holdout": {"manifest": "a.jsonl"}},
+            "held": {
+                "source": "nemo",
+                "holdout": {"manifest": "a.jsonl", "fractions": DEFAULT_FRACTIONS},
+            },
         },
         "tokenizers": {"tok": {"corpus": "demo"}},
     }
@@ -250,7 +259,10 @@ def test_split_sources_name_each_splits_manifest() -> None:
     config = {
         "corpora": {
             "m": {"source": "nemo", "manifests": {"train": "d/train.jsonl", "dev": "d/dev.jsonl"}},
-            "h": {"source": "nemo", "holdout": {"manifest": "d/all.jsonl"}},
+            "h": {
+                "source": "nemo",
+                "holdout": {"manifest": "d/all.jsonl", "fractions": DEFAULT_FRACTIONS},
+            },
         }
     }
     assert layout.split_sources(config, "m") == {"train": "d/train.jsonl", "dev": "d/dev.jsonl"}

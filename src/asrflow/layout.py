@@ -265,7 +265,7 @@ def splits(config: Config, name: str) -> list[str]:
     if c["source"] == "synthetic":
         names = list(SYNTHETIC_SPLITS)
     elif "holdout" in c:
-        names = ["train", *c["holdout"].get("fractions", {"dev": 0.1, "test": 0.1})]
+        names = ["train", *c["holdout"]["fractions"]]  # the schema fills the default
     else:
         names = list(c["manifests"])
     return sorted(names, key=lambda s: (s != "train", s))

@@ -247,9 +247,8 @@ def test_holdout_split_disjoint_speakers(nemo_corpus, tmp_path: Path) -> None:
     assert audio == wavs(tmp_path)
     assert len(audio) == 21
 
-    holdout_split(
-        all_cuts, out / "holdout", {"by": "speaker", "fractions": {"dev": 0.15, "test": 0.15}}
-    )
+    fractions = {"dev": 0.15, "test": 0.15}
+    holdout_split(all_cuts, out / "holdout", {"by": "speaker", "fractions": fractions, "seed": 0})
     assert sorted(p.name for p in (out / "holdout").iterdir()) == [
         "dev.jsonl.gz",
         "test.jsonl.gz",
@@ -271,12 +270,17 @@ def test_holdout_split_disjoint_speakers(nemo_corpus, tmp_path: Path) -> None:
     assert validated == audio
 
 
-def test_holdout_split_defaults_and_reproducibility(nemo_corpus, tmp_path: Path) -> None:
+def test_holdout_split_with_the_schema_defaults_is_reproducible(nemo_corpus, tmp_path) -> None:
+    from asrflow.settings import with_defaults
+
     manifests = nemo_corpus(speakers={"all": ["a", "b", "c", "d", "e"]})
     all_cuts = tmp_path / "all.jsonl.gz"
     import_split("nemo", manifests["all"], all_cuts)
-    holdout_split(all_cuts, tmp_path / "h1", {})
-    holdout_split(all_cuts, tmp_path / "h2", {"by": "speaker", "seed": 0})
+    corpus = {"source": "nemo", "holdout": {"manifest": str(manifests["all"])}}
+    holdout = with_defaults({"corpora": {"c": corpus}})["corpora"]["c"]["holdout"]
+    assert holdout == {**holdout, "by": "speaker", "seed": 0}
+    holdout_split(all_cuts, tmp_path / "h1", holdout)
+    holdout_split(all_cuts, tmp_path / "h2", holdout)
     for split in SPLITS:
         assert (tmp_path / "h1" / f"{split}.jsonl.gz").read_bytes() == (
             tmp_path / "h2" / f"{split}.jsonl.gz"

@@ -58,12 +58,13 @@ def import_split(
 
 
 def holdout_split(cuts_path: Pathlike, out_dir: Pathlike, holdout: Mapping[str, Any]) -> None:
-    """Split one imported CutSet by group holdout into ``out_dir/<split>.jsonl.gz``."""
+    """Split one imported CutSet by group holdout into ``out_dir/<split>.jsonl.gz``;
+    ``holdout``: ``corpora.<corpus>.holdout`` with the schema's defaults filled in."""
     splits = group_holdout(
         list(load_cuts(cuts_path)),
-        by=holdout.get("by", "speaker"),
-        fractions=holdout.get("fractions", {"dev": 0.1, "test": 0.1}),
-        seed=holdout.get("seed", 0),
+        by=holdout["by"],
+        fractions=holdout["fractions"],
+        seed=holdout["seed"],
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for name, cuts in splits.items():
