@@ -371,6 +371,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"Mean over {mean['folds']} fold(s) of the selected artifact: dev {pct(mean['dev_wer'])}, "
         f"held-out speaker {pct(mean['test_wer'])}.",
     ]
+    if result.get("notes"):  # what the run's conditions were, added by whoever kept the file
+        lines += ["", str(result["notes"])]
     return "\n".join(lines)
 
 

@@ -64,7 +64,11 @@ MARKER = re.compile(
 OPTIONS = ("measure", "only", "columns")
 
 # benchmarks whose JSON has a layout of its own, rendered by the benchmark's `markdown`
-OWN_RENDERER = {"longform.json": "longform", "real_speech.json": "real_speech"}
+OWN_RENDERER = {
+    "longform.json": "longform",
+    "real_speech.json": "real_speech",
+    "fine_tuning.json": "fine_tuning",
+}
 
 Renderer = Callable[[dict[str, Any]], str]
 
@@ -74,6 +78,7 @@ def _bench_markdown(module: str) -> Renderer:
     spec = importlib.util.spec_from_file_location(f"bench_{module}", HERE / f"{module}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # a dataclass in the module looks its module up there
     sys.path.insert(0, str(HERE))
     try:
         spec.loader.exec_module(mod)
