@@ -8,8 +8,10 @@ same update budget (the plan's, from the fold's hours):
 
 - ``scratch``: from a fresh initialisation, the run's default tokenizer (what
   ``bench/real_speech.py`` measures);
-- ``full``: ``init: {run: base}``: every weight trains, the base's tokenizer, the plan's
-  fine-tuning LR (:func:`asrflow.recipe.rules.fine_tuning`);
+- ``full``: ``init: {run: base}``: every weight trains, the plan's fine-tuning LR
+  (:func:`asrflow.recipe.rules.fine_tuning`), and the fold's own tokenizer (the scratch run's):
+  the base's cannot spell "zero" (the demo corpus has no z), which ``tokenizer: init`` reports
+  and the smoke run refuses, so the output layers start fresh (``init.vocabulary``);
 - ``frozen``: the same with ``init.freeze: [frontend, normalize, encoder]`` (only the CTC output
   layer trains);
 - ``lora``: the same with ``init.adapter`` (LoRA on the attention and feed-forward layers).
@@ -92,10 +94,15 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.base_override:
         base["overrides"] = parse_overrides(args.base_override)
     runs: dict[str, Any] = {BASE: base}
+    tokenizer = layout.AUTO_TOKENIZER.format(corpus=names.corpus)  # scratch's default
     for way, init in WAYS.items():
-        runs[way] = copy.deepcopy({**template, **({"init": init} if init else {})})
+        fine_tuned = {"init": init, "tokenizer": tokenizer} if init else {}
+        runs[way] = copy.deepcopy({**template, **fine_tuned})
     config["corpora"] = {DEMO: shipped["corpora"][DEMO], **config["corpora"]}
-    config["tokenizers"] = dict(shipped["tokenizers"])
+    config["tokenizers"] = {
+        **shipped["tokenizers"],
+        tokenizer: {"corpus": names.corpus, "model_type": "auto"},
+    }
     config["runs"] = runs
     config["text_normalization"] = shipped["text_normalization"]
     config["evaluation"] = {**shipped.get("evaluation", {}), **config.get("evaluation", {})}

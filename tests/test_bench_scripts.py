@@ -288,8 +288,10 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
     full = with_defaults({**full, **layout.with_default_tokenizers(full)})
     full = {**full, **with_init_runs(full)}
     config_check.check_config(full)
-    assert full["runs"]["full"]["tokenizer"] == "init"
-    assert full["runs"]["scratch"]["tokenizer"] == "fsdd_lucas_devtakes_auto"
+    # the demo's tokenizer cannot spell "zero": every run on the fold has the fold's
+    assert {r["tokenizer"] for n, r in full["runs"].items() if n != "base"} == {
+        "fsdd_lucas_devtakes_auto"
+    }
     row = {
         "run": "lora", "init": bench.WAYS["lora"], "status": "completed", "steps": 2000,
         "peak_lr": 1.667e-4, "trainable_parameters": 12345, "export_bytes": 2_900_000,

@@ -138,3 +138,10 @@ def test_the_limit_is_a_share_of_the_tokens(tmp_path) -> None:
     with pytest.raises(AsrflowError, match=r"more than diagnostics.max_unk_share \(10 %\)"):
         check_unk(count, 0.1, "r", "m")
     assert check_unk(UnkCount("dev"), 0.0, "r", "m") == []
+    # a fine-tuning run's copy of its starting model's tokenizer: the remedy is another one
+    with pytest.raises(
+        AsrflowError,
+        match=r"tokenizer: init\) cannot spell them\. Name a "
+        r"tokenizer trained on this run's corpus in runs\.r\.tokenizer",
+    ):
+        check_unk(count, 0.1, "r", "results/runs/r/tokenizer/bpe.model")

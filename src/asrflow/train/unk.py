@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from asrflow.errors import AsrflowError
@@ -137,12 +138,30 @@ def check_unk(count: UnkCount, max_share: float, run: str, bpe_model: object) ->
     are the tokenizer's ``<unk>`` (:attr:`UnkCount.share`), naming the run, the split, the
     share, example words and what to do; else :func:`unk_warnings`."""
     if count.share > max_share:
+        if _is_starting_models(bpe_model, run):
+            cause = (
+                "the starting model's tokenizer (tokenizer: init) cannot spell them. Name a "
+                f"tokenizer trained on this run's corpus in runs.{run}.tokenizer (the output "
+                "layers then start fresh: docs/fine-tuning.md), or, if these words may be "
+                "<unk>, raise diagnostics.max_unk_share"
+            )
+        else:
+            cause = (
+                f"the tokenizer {bpe_model} cannot spell them (was it trained on another "
+                "corpus?). Train the tokenizer on this run's corpus (tokenizers.<name>.corpus; "
+                "or raise its character_coverage), or, if these words may be <unk>, raise "
+                "diagnostics.max_unk_share"
+            )
         raise AsrflowError(
             f"run {run}: {count.describe()}, more than diagnostics.max_unk_share "
-            f"({100 * max_share:g} %): the tokenizer {bpe_model} cannot spell them (was it "
-            "trained on another corpus?). Train the tokenizer on this run's corpus "
-            "(tokenizers.<name>.corpus; or raise its character_coverage), or, if these words "
-            "may be <unk>, raise diagnostics.max_unk_share (in the recipe, or for this run in "
+            f"({100 * max_share:g} %): {cause} (in the recipe, or for this run in "
             f"runs.{run}.overrides)"
         )
     return unk_warnings(count, bpe_model)
+
+
+def _is_starting_models(bpe_model: object, run: str) -> bool:
+    """Whether ``bpe_model`` is the copy of run ``run``'s starting model's tokenizer (rule
+    init_tokenizer writes it to ``results/runs/<run>/tokenizer/``: asrflow.layout.run_file)."""
+    path = Path(str(bpe_model))
+    return path.parent.name == "tokenizer" and path.parent.parent.name == run
