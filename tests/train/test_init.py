@@ -416,6 +416,13 @@ def test_freeze_takes_module_prefixes_and_fnmatch_patterns(models, fresh, source
     assert record["frozen_parameters"] > 0 and record["frozen_tensors"] > 0
 
 
+def test_a_module_without_parameters_may_be_named_and_freezes_nothing(fresh, source_pth):
+    # the tiny model's log-mel frontend has no parameters: a recipe may still list it
+    record = apply_init(fresh, init({"model": str(source_pth), "freeze": ["frontend"]}))
+    assert record["frozen_tensors"] == 0
+    assert all(p.requires_grad for p in fresh.parameters())
+
+
 def test_a_freeze_pattern_that_matches_nothing_names_the_modules(fresh, source_pth):
     # "encoders" is a submodule's name, not a top-level module: a typo that would train all
     with pytest.raises(AsrflowError, match=r"'encoders' match\(es\) no parameter.*encoder, ctc"):

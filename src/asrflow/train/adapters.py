@@ -175,10 +175,18 @@ def freeze(model: torch.nn.Module, patterns: Sequence[str]) -> dict[str, Any]:
     """Stop the gradient of the parameters ``patterns`` name (:func:`frozen`), after the start
     weights are loaded. Returns the record for the summary: ``freeze`` (the patterns),
     ``frozen_tensors``, ``frozen_parameters`` and ``trainable_parameters``. A pattern that
-    matches no parameter is an error listing the model's top-level modules (a typo would
-    otherwise train everything)."""
+    matches no parameter and no module is an error listing the model's top-level modules (a
+    typo would otherwise train everything); one that names a module without parameters (the
+    log-mel frontend) freezes nothing."""
     named = dict(model.named_parameters())
-    unmatched = [p for p in patterns if not any(frozen(n, [p]) for n in named)]
+    modules = [n for n, _ in model.named_modules() if n]
+    # a module without parameters (ESPnet's log-mel frontend, utterance_mvn) has nothing to
+    # freeze, but naming it is no typo
+    unmatched = [
+        p
+        for p in patterns
+        if not any(frozen(n, [p]) for n in named) and not any(frozen(m, [p]) for m in modules)
+    ]
     if unmatched:
         modules = ", ".join(dict.fromkeys(n.split(".", 1)[0] for n in named))
         raise AsrflowError(
