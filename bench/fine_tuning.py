@@ -176,6 +176,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"{'n/a' if size is None else f'{size / 1e6:.2f}'} | "
             f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | {minutes} |"
         )
+    if result.get("notes"):  # what the run's conditions were, added by whoever kept the file
+        lines += ["", str(result["notes"])]
     return "\n".join(lines)
 
 
