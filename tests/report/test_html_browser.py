@@ -183,3 +183,24 @@ def test_a_screenshot_at_1366x768(demo: Path, tmp_path: Path) -> None:
     assert png.startswith(PNG_MAGIC)
     assert struct.unpack(">II", png[16:24]) == (WIDTH, HEIGHT)
     print(f"screenshot: {shot}")
+
+
+def test_long_eval_set_names_wrap_inside_their_cards(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real corpus's eval sets (``fsdd_nicolas_devtakes.dev``) have no break opportunity: the
+    cards' tables must still fit their columns and the page the window."""
+    from tests.report import demo_report
+
+    monkeypatch.setattr(demo_report, "DEV", "fsdd_nicolas_devtakes_long_name.dev")
+    monkeypatch.setattr(demo_report, "TEST", "fsdd_nicolas_devtakes_long_name.test")
+    page = demo_report.build_demo(tmp_path_factory.mktemp("long"))
+    tmp = tmp_path_factory.mktemp("long-dom")
+    probed = tmp / "comparison.probed.html"
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    dom = chromium(tmp, "--dump-dom", probed.as_uri()).stdout
+    found = re.search(r'<pre id="probe"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, "the probe did not run: " + dom[-2000:]
+    probe = json.loads(unescape(found.group(1)))
+    assert probe["scrollWidth"] <= probe["clientWidth"], probe
+    assert probe["overflowing"] == []

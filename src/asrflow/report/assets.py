@@ -56,7 +56,7 @@ nav a:hover { text-decoration: underline; }
                      vertical-align: top; overflow-wrap: anywhere; }
 .card th { color: var(--muted); font-weight: 600; white-space: nowrap; }
 .card td.wer, .card td.vs { overflow-wrap: normal; }
-.card td.set { overflow-wrap: break-word; }
+.card td.set { overflow-wrap: anywhere; }  /* fsdd_nicolas_devtakes.dev has no other break */
 .card .fig { font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .ci { color: var(--muted); font-size: 0.88em; font-variant-numeric: tabular-nums; }
 .card table.seeds { table-layout: fixed; }
