@@ -676,21 +676,12 @@ def test_the_trained_dags_report_page_renders_in_a_browser(trained, tmp_path):
     """Issue 33: the page the workflow itself wrote (not a fixture's) in headless chromium at
     1366x768: the run's card, every inline figure shown, nothing wider than the window."""
     import base64
-    from html import unescape
 
-    from tests.report.test_html_browser import CHROMIUM, PNG_MAGIC, PROBE, Elements, chromium
+    from tests.report.test_html_browser import CHROMIUM, PNG_MAGIC, probe_page
 
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (.ci/run installs it as root)")
-    page_file = trained / "results/report/comparison.html"
-    probed = tmp_path / "comparison.probed.html"
-    probed.write_text(page_file.read_text().replace("</body>", PROBE + "</body>"))
-    dom = chromium(tmp_path, "--dump-dom", probed.as_uri()).stdout
-    found = re.search(r'<pre id="probe"[^>]*>(.*?)</pre>', dom, re.S)
-    assert found, "the probe did not run: " + dom[-2000:]
-    probe = json.loads(unescape(found.group(1)))
-    page = Elements()
-    page.feed(dom)
+    page, probe = probe_page(trained / "results/report/comparison.html", tmp_path)
     assert [a["data-run"] for a in page.find("article", "card")] == ["tiny_ctc"]
     kinds = [a["data-kind"] for a in page.find("figure")]
     assert "differences" in kinds and "learning_curves" in kinds, kinds

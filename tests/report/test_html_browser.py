@@ -114,18 +114,23 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_demo(tmp_path_factory.mktemp("demo"))
 
 
-@pytest.fixture(scope="module")
-def rendered(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Elements, dict]:
-    """The page as chromium leaves it after load (the probe run), parsed, and the probe."""
-    tmp = tmp_path_factory.mktemp("dom")
+def probe_page(page_file: Path, tmp: Path) -> tuple[Elements, dict]:
+    """``page_file`` as chromium leaves it after load with :data:`PROBE` added, parsed, and
+    what the probe found (sizes, overflowing elements, images, the sort clicks)."""
     probed = tmp / "comparison.probed.html"
-    probed.write_text(demo.read_text().replace("</body>", PROBE + "</body>"))
+    probed.write_text(page_file.read_text().replace("</body>", PROBE + "</body>"))
     dom = chromium(tmp, "--dump-dom", probed.as_uri()).stdout
     found = re.search(r'<pre id="probe"[^>]*>(.*?)</pre>', dom, re.S)
     assert found, "the probe did not run: " + dom[-2000:]
     page = Elements()
     page.feed(dom)
     return page, json.loads(unescape(found.group(1)))
+
+
+@pytest.fixture(scope="module")
+def rendered(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Elements, dict]:
+    """The demo page as chromium leaves it after load (the probe run), parsed, and the probe."""
+    return probe_page(demo, tmp_path_factory.mktemp("dom"))
 
 
 def test_the_demo_report_has_a_card_per_run(rendered: tuple[Elements, dict]) -> None:
@@ -195,12 +200,6 @@ def test_long_eval_set_names_wrap_inside_their_cards(
     monkeypatch.setattr(demo_report, "DEV", "fsdd_nicolas_devtakes_long_name.dev")
     monkeypatch.setattr(demo_report, "TEST", "fsdd_nicolas_devtakes_long_name.test")
     page = demo_report.build_demo(tmp_path_factory.mktemp("long"))
-    tmp = tmp_path_factory.mktemp("long-dom")
-    probed = tmp / "comparison.probed.html"
-    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
-    dom = chromium(tmp, "--dump-dom", probed.as_uri()).stdout
-    found = re.search(r'<pre id="probe"[^>]*>(.*?)</pre>', dom, re.S)
-    assert found, "the probe did not run: " + dom[-2000:]
-    probe = json.loads(unescape(found.group(1)))
+    _, probe = probe_page(page, tmp_path_factory.mktemp("long-dom"))
     assert probe["scrollWidth"] <= probe["clientWidth"], probe
     assert probe["overflowing"] == []
