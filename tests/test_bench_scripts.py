@@ -117,12 +117,14 @@ def load_bench(script: Path) -> Any:
     spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
-    sys.path.insert(0, str(script.parent))  # as when run: its neighbours import (figures.py)
+    # as when a script runs, bench/ is on the path, and stays there: its functions import
+    # their neighbours (figures.py) when they are called, not only when the module loads
+    if str(script.parent) not in sys.path:
+        sys.path.insert(0, str(script.parent))
     try:
         spec.loader.exec_module(module)
     finally:
         del sys.modules[spec.name]
-        sys.path.remove(str(script.parent))
     return module
 
 

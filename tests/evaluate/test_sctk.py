@@ -38,13 +38,16 @@ needs_sctk = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def bench():
-    """bench/sctk_crosscheck.py as a module."""
-    spec = importlib.util.spec_from_file_location("sctk_crosscheck", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    """bench/sctk_crosscheck.py as a module, with bench/ on the path as when it runs (its main
+    imports bench/figures.py)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(BENCH.parent))
+        spec = importlib.util.spec_from_file_location("sctk_crosscheck", BENCH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        yield module
+        del sys.modules[spec.name]
 
 
 def _sentences(n: int, length: int = 10) -> list[str]:
