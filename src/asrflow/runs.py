@@ -172,13 +172,22 @@ def init_tokenizer_model(config: Config, name: str) -> str:
     ``config.yaml`` (found in ``init.model``, or the parent's published package for
     ``init.run``), or the model's path as given when another rule makes it."""
     init = run(config, name)["init"]
+    return _package_config(init) or str(init["model"])
+
+
+def _package_config(init: Mapping[str, Any]) -> str | None:
+    """The starting model's ``config.yaml`` as a rule input: the parent's published one for
+    ``init.run``, the one :func:`~asrflow.export.find.find_config` finds for an existing
+    ``init.model``, else None (none there, or the model is made by another rule)."""
     if init.get("run"):
-        return dict(zip(PACKAGE_FILES, selected_package_files(init["run"]), strict=True))[
-            "config.yaml"
-        ]
-    model = init["model"]
-    found = find_config(model) if Path(model).exists() else None
-    return str(found) if found is not None else str(model)
+        return _published(init["run"])["config.yaml"]
+    found = find_config(init["model"]) if Path(init["model"]).exists() else None
+    return None if found is None else str(found)
+
+
+def _published(parent: str) -> dict[str, str]:
+    """The files of run ``parent``'s published selected package, by name (publish_selected)."""
+    return dict(zip(PACKAGE_FILES, selected_package_files(parent), strict=True))
 
 
 def init_inputs(config: Config, name: str) -> dict[str, str]:
@@ -191,16 +200,12 @@ def init_inputs(config: Config, name: str) -> dict[str, str]:
     if not init:
         return {}
     if init.get("run"):  # the parent's published package (rule publish_selected)
-        files = dict(zip(PACKAGE_FILES, selected_package_files(init["run"]), strict=True))
-        inputs = {"init_weights": files["model.pth"]}
-        if takes_package_architecture(init):
-            inputs["init_config"] = files["config.yaml"]
-        return inputs
-    inputs = {"init_weights": tracked_weights(init["model"])}
-    if takes_package_architecture(init) and Path(init["model"]).exists():
-        config_yaml = find_config(init["model"])
-        if config_yaml is not None:  # none: the train job says what to do
-            inputs["init_config"] = str(config_yaml)
+        inputs = {"init_weights": _published(init["run"])["model.pth"]}
+    else:
+        inputs = {"init_weights": tracked_weights(init["model"])}
+    config_yaml = _package_config(init) if takes_package_architecture(init) else None
+    if config_yaml is not None:  # none: the train job says what to do
+        inputs["init_config"] = config_yaml
     return inputs
 
 

@@ -74,7 +74,7 @@ class TokenEncoder:
         if self.tokens == expected:
             return
         problem = _first_difference(self.tokens, expected)
-        index = _first_index(self.tokens, expected)
+        index = first_index(self.tokens, expected)
         raise TokenListMismatch(
             f"tokenizer/token-list mismatch: {self.tokens_txt} does not belong to "
             f"{self.bpe_model} ({problem}; the lists first differ at token ID {index}, line "
@@ -145,7 +145,7 @@ class TokenEncoder:
         )
 
 
-def _first_index(actual: list[str], expected: list[str]) -> int:
+def first_index(actual: list[str], expected: list[str]) -> int:
     """The first index where the lists differ (the shorter one's length if one is a prefix)."""
     return next(
         (i for i, (a, e) in enumerate(zip(actual, expected, strict=False)) if a != e),

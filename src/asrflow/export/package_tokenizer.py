@@ -33,7 +33,7 @@ from asrflow.hashing import sha256_file
 from asrflow.io import atomic_output, write_text
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import token_list
-from asrflow.tokens import TokenEncoder
+from asrflow.tokens import TokenEncoder, first_index
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,7 @@ def package_tokenizer_files(model: Pathlike) -> tuple[Path, Path, list[str]]:
     bpe = _find_bpe_model(config)
     ours = token_list(bpe)
     if ours != tokens:
-        first = next(
-            (i for i, (a, b) in enumerate(zip(ours, tokens, strict=False)) if a != b),
-            min(len(ours), len(tokens)),
-        )
+        first = first_index(ours, tokens)
         raise AsrflowError(
             f"tokenizer: init: {bpe} ({len(ours)} tokens) does not belong to the token_list of "
             f"{config} ({len(tokens)} tokens; they first differ at token ID {first}); point the "
