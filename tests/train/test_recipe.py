@@ -180,6 +180,16 @@ def test_speed_perturb_factors_parse_and_are_checked(tmp_path):
             load_recipe(write(tmp_path, {**MODEL, "augmentation": {"speed_perturb": bad}}))
 
 
+def test_vtlp_factors_parse_and_are_checked(tmp_path):
+    r = load_recipe(write(tmp_path, {**MODEL, "augmentation": {"vtlp": [0.9, 1.1]}}))
+    assert r.augmentation.vtlp == (0.9, 1.1)
+    assert recipe_from_dict(r.to_dict()) == r
+    assert recipe_from_dict(MODEL).augmentation.vtlp == ()  # off by default
+    for bad in ([1.1, 0.9], [0.9], [0.4, 1.0]):
+        with pytest.raises(AsrflowError, match=r"augmentation\.vtlp must be \[low, high\]"):
+            load_recipe(write(tmp_path, {**MODEL, "augmentation": {"vtlp": bad}}))
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

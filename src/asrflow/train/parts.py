@@ -76,6 +76,10 @@ def build_trainer_parts(
         overridden = (spec.architecture or {}).get("overridden", ())
         init = apply_init(model, spec.init, tokens=spec.tokens, overridden=overridden)
 
+    if recipe.augmentation.vtlp:
+        from asrflow.train.vtlp import add_vtlp
+
+        add_vtlp(model, recipe.augmentation.vtlp)
     dataset = AsrDataset(encoder, sample_rate=model_sample_rate(args.frontend_conf))
     loaders = _loaders(spec, recipe, dataset, world_size=world_size, rank=rank)
     dev = loaders["dev_cuts"]

@@ -236,6 +236,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: all(0.5 <= f <= 2.0 for f in v) and len(set(v)) == len(v),
         "distinct speed factors in [0.5, 2.0] (e.g. [0.9, 1.0, 1.1]), or [] for none",
     ),
+    "augmentation.vtlp": (
+        lambda v: len(v) == 0 or (len(v) == 2 and 0.5 <= v[0] <= v[1] <= 2.0),
+        "[low, high] warp factors with 0.5 <= low <= high <= 2.0 (e.g. [0.9, 1.1]), or [] for none",
+    ),
     "diagnostics.num_decode_utterances": _NON_NEGATIVE,
     "diagnostics.spike_factor": (lambda v: v > 1, "> 1"),
     "diagnostics.spike_window": _POSITIVE_INT,

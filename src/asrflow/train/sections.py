@@ -84,6 +84,10 @@ class AugmentationConfig:
     """
 
     speed_perturb: tuple[float, ...] = ()
+    vtlp: tuple[float, ...] = ()
+    """Vocal tract length perturbation: ``[low, high]``, each train utterance's log-mel
+    frequency axis warped by a factor drawn from that range every time it is seen (Jaitly &
+    Hinton 2013 use ``[0.9, 1.1]``; :mod:`asrflow.train.vtlp`). Empty: off."""
 
 
 @dataclass(frozen=True)
