@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from asrflow.errors import AsrflowError
+
 BOUNDARY = 0.8
 """Where the linear part of the warp ends, as a share of the Nyquist frequency (for factors above
 1 the share of Nyquist divided by the factor): Kaldi's VTLN keeps the top 500 Hz of 8 kHz (16 kHz
@@ -110,8 +112,6 @@ def add_vtlp(model: Any, factors: tuple[float, ...]) -> None:
     ``ESPnetASRModel``, which applies ``specaug`` in training only), with the mel bins and rate
     of the model's log-mel frontend (ESPnet's ``default`` frontend; another has no mel axis to
     warp: an error names the recipe key)."""
-    from asrflow.errors import AsrflowError
-
     options = getattr(getattr(model.frontend, "logmel", None), "mel_options", None)
     if not options:
         kind = type(model.frontend).__name__
