@@ -63,6 +63,7 @@ def build_trainer_parts(
     from asrflow.train.init import apply_init
     from asrflow.train.model import build_model
     from asrflow.train.module import AsrModule
+    from asrflow.train.vtlp import add_vtlp
 
     L.seed_everything(recipe.trainer.seed, workers=True)
     if recipe.trainer.allow_tf32 and torch.cuda.is_available():
@@ -77,8 +78,6 @@ def build_trainer_parts(
         init = apply_init(model, spec.init, tokens=spec.tokens, overridden=overridden)
 
     if recipe.augmentation.vtlp:
-        from asrflow.train.vtlp import add_vtlp
-
         add_vtlp(model, recipe.augmentation.vtlp)
     dataset = AsrDataset(encoder, sample_rate=model_sample_rate(args.frontend_conf))
     loaders = _loaders(spec, recipe, dataset, world_size=world_size, rank=rank)

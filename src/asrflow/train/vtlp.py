@@ -41,11 +41,13 @@ def warp(freqs: np.ndarray, alpha: float, nyquist: float, boundary: float = BOUN
     >>> warp(np.array([1000.0]), 1.0, 4000.0).tolist()
     [1000.0]
     """
+    return np.interp(freqs, *_breakpoints(alpha, nyquist, boundary))
+
+
+def _breakpoints(alpha: float, nyquist: float, boundary: float) -> tuple[list, list]:
+    """The warp's three breakpoints: 0, the knee and Nyquist, and where it maps them."""
     knee = boundary * nyquist * min(alpha, 1.0) / alpha
-    upper = nyquist - (nyquist - boundary * nyquist * min(alpha, 1.0)) / (nyquist - knee) * (
-        nyquist - freqs
-    )
-    return np.where(freqs <= knee, alpha * freqs, upper)
+    return [0.0, knee, nyquist], [0.0, alpha * knee, nyquist]
 
 
 @functools.lru_cache(maxsize=8)
@@ -61,16 +63,18 @@ def source_positions(alpha: float, n_mels: int, fs: int, **mel: Any) -> np.ndarr
     """For each mel bin of the warped features, the (fractional) bin of the original features it
     reads: the bin whose centre the warp maps onto that bin's centre. ``mel``: ``fmin``,
     ``fmax`` (default 0 and ``fs / 2``, as ESPnet's) and ``htk`` of the mel filters."""
-    nyquist = fs / 2.0
-    centres = mel_centres(
-        n_mels,
-        float(mel.get("fmin") or 0.0),
-        float(mel.get("fmax") or nyquist),
-        bool(mel.get("htk")),
-    )
-    grid = np.linspace(0.0, nyquist, 4097)
-    sources = np.interp(centres, warp(grid, alpha, nyquist), grid)  # the warp's inverse
-    return np.interp(sources, centres, np.arange(n_mels, dtype=np.float64))
+    return _positions(alpha, _centres(n_mels, fs, mel), fs / 2.0)
+
+
+def _centres(n_mels: int, fs: int, mel: dict[str, Any]) -> np.ndarray:
+    fmin, fmax = float(mel.get("fmin") or 0.0), float(mel.get("fmax") or fs / 2.0)
+    return mel_centres(n_mels, fmin, fmax, bool(mel.get("htk")))
+
+
+def _positions(alpha: float, centres: np.ndarray, nyquist: float) -> np.ndarray:
+    warped_at, source_at = _breakpoints(alpha, nyquist, BOUNDARY)[::-1]
+    sources = np.interp(centres, warped_at, source_at)  # the warp's inverse, exactly
+    return np.interp(sources, centres, np.arange(len(centres), dtype=np.float64))
 
 
 class Vtlp(torch.nn.Module):
@@ -86,14 +90,14 @@ class Vtlp(torch.nn.Module):
             raise ValueError(f"VTLP factors [{low}, {high}]: expected 0.5 <= low <= high <= 2")
         self.low, self.high, self.n_mels, self.fs = low, high, n_mels, fs
         self.after = after
-        self.mel = mel
+        self.centres = _centres(n_mels, fs, mel)
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor | None = None) -> Any:
         if feats.shape[-1] != self.n_mels:
             raise ValueError(f"VTLP: features have {feats.shape[-1]} bins, expected {self.n_mels}")
         alphas = torch.empty(feats.shape[0]).uniform_(self.low, self.high).tolist()
         pos = torch.tensor(
-            np.stack([source_positions(a, self.n_mels, self.fs, **self.mel) for a in alphas]),
+            np.stack([_positions(a, self.centres, self.fs / 2.0) for a in alphas]),
             dtype=feats.dtype,
             device=feats.device,
         )  # (B, F)
