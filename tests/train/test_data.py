@@ -24,6 +24,7 @@ from asrflow.train.batching import Batching
 from asrflow.train.data import (
     AsrDataset,
     EpochMixSampler,
+    add_noise,
     make_dataloader,
     make_sampler,
     mix_epoch,
@@ -90,6 +91,41 @@ def test_single_cut_batch_has_no_padding(corpus):
     batch = AsrDataset(corpus.encoder)[corpus.cuts.subset(first=1)]
     assert batch["padding_ratio"] == 0.0
     assert batch["speech"].shape[0] == 1
+
+
+def snr_db(clean: torch.Tensor, noisy: torch.Tensor) -> float:
+    return float(10 * torch.log10(clean.square().mean() / (noisy - clean).square().mean()))
+
+
+def test_noise_is_added_at_an_snr_in_the_range_over_each_rows_own_samples():
+    g = torch.Generator().manual_seed(0)
+    t = torch.arange(16000) / 8000
+    loud, quiet = torch.sin(2 * torch.pi * 440 * t), 0.01 * torch.sin(2 * torch.pi * 300 * t)
+    speech = torch.zeros(3, 16000)
+    speech[0], speech[1, :8000] = loud, quiet[:8000]  # row 2: silence
+    lengths = torch.tensor([16000, 8000, 12000])
+    noisy = add_noise(speech, lengths, (20.0, 20.0), generator=g)
+    assert snr_db(speech[0], noisy[0]) == pytest.approx(20.0, abs=0.2)
+    # the quiet row gets its own noise level, from its valid samples only (not the padding)
+    assert snr_db(speech[1, :8000], noisy[1, :8000]) == pytest.approx(20.0, abs=0.3)
+    assert (noisy[1, 8000:] == 0).all() and (noisy[2] == 0).all()  # padding, silence untouched
+
+    snrs = [
+        snr_db(loud, add_noise(loud[None], torch.tensor([16000]), (5.0, 35.0), g)[0])
+        for _ in range(40)
+    ]
+    assert 5 - 0.3 < min(snrs) and max(snrs) < 35 + 0.3
+    assert max(snrs) - min(snrs) > 15  # drawn per call, over the range
+
+
+def test_train_dataset_adds_noise_and_the_default_dataset_does_not(corpus):
+    cuts = corpus.cuts.subset(first=3)
+    clean, again = AsrDataset(corpus.encoder)[cuts], AsrDataset(corpus.encoder)[cuts]
+    assert torch.equal(clean["speech"], again["speech"])
+    noisy = AsrDataset(corpus.encoder, noise_snr=(10.0, 10.0))[cuts]
+    assert noisy["speech"].shape == clean["speech"].shape
+    for i, n in enumerate(clean["speech_lengths"].tolist()):
+        assert snr_db(clean["speech"][i, :n], noisy["speech"][i, :n]) == pytest.approx(10, abs=1)
 
 
 def test_resamples_to_the_model_rate(corpus):

@@ -160,3 +160,20 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
     state = {"epoch": 2, "batches_in_epoch": 1, "world_size": 1}
     module.on_load_checkpoint({"asrflow_data": state, "global_step": 5})
     assert (loader.batches.epoch, loader.skip) == (2, 1)
+
+
+def test_noise_augmentation_reaches_the_train_batches_only(tmp_path):
+    """``augmentation.noise_snr`` changes the train loader's audio, never dev's."""
+    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.spec import spec_recipe
+    from tests.train.tiny_run import make_tiny_run
+
+    noise = {"augmentation": {"noise_snr": [0, 0]}}
+    clean = make_tiny_run(tmp_path / "data")
+    noisy = make_tiny_run(tmp_path / "data", overrides=noise)
+    plain = build_trainer_parts(clean, spec_recipe(clean), tmp_path / "w0")
+    parts = build_trainer_parts(noisy, spec_recipe(noisy), tmp_path / "w1")
+    for name, same in (("train_loader", False), ("dev_loader", True)):
+        a, b = next(iter(plain[name])), next(iter(parts[name]))
+        assert a["ids"] == b["ids"]
+        assert torch.equal(a["speech"], b["speech"]) is same, name

@@ -190,6 +190,21 @@ def test_vtlp_factors_parse_and_are_checked(tmp_path):
             load_recipe(write(tmp_path, {**MODEL, "augmentation": {"vtlp": bad}}))
 
 
+def test_noise_snr_parses_is_checked_and_stays_out_of_the_hash_when_off(tmp_path):
+    r = load_recipe(write(tmp_path, {**MODEL, "augmentation": {"noise_snr": [10, 30]}}))
+    assert r.augmentation.noise_snr == (10.0, 30.0)
+    assert recipe_from_dict(r.to_dict()) == r
+    assert r.identity()["augmentation"]["noise_snr"] == [10, 30]
+    off = recipe_from_dict(MODEL)
+    assert off.augmentation.noise_snr == ()
+    # added after recipes were hashed: off, neither it nor vtlp is in the recipe's data, so no
+    # existing run's hash (or training) changes
+    assert set(off.to_dict()["augmentation"]) == {"speed_perturb"}
+    for bad in ([30, 10], [10], [-20, 10], [10, 200]):
+        with pytest.raises(AsrflowError, match=r"augmentation\.noise_snr must be \[low, high\]"):
+            load_recipe(write(tmp_path, {**MODEL, "augmentation": {"noise_snr": bad}}))
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

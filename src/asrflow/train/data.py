@@ -64,14 +64,23 @@ class AsrDataset(torch.utils.data.Dataset):
     infinite sample (a float WAV written from a broken pipeline) raises :class:`NonFiniteAudio`
     naming the cut and its file (:func:`check_finite`): it would make the loss of every batch it
     lands in NaN, and the training would skip those batches in silence.
+
+    ``noise_snr``: ``(low, high)`` dB, white noise added to every cut at an SNR drawn from that
+    range (:func:`add_noise`; the train set's dataset only), or ``None``.
     """
 
-    def __init__(self, encoder: TokenEncoder, sample_rate: Hz = 16000) -> None:
+    def __init__(
+        self,
+        encoder: TokenEncoder,
+        sample_rate: Hz = 16000,
+        noise_snr: tuple[float, float] | None = None,
+    ) -> None:
         super().__init__()
         if not isinstance(sample_rate, int) or sample_rate <= 0:
             raise AsrflowError(f"sample_rate must be a positive integer, got {sample_rate!r}")
         self.encoder = encoder
         self.sample_rate = sample_rate
+        self.noise_snr = noise_snr
 
     def __getitem__(self, cuts: CutSet) -> dict[str, Any]:
         cuts = list(cuts)
@@ -84,6 +93,8 @@ class AsrDataset(torch.utils.data.Dataset):
             [c if c.sampling_rate == sr else c.resample(sr) for c in cuts]
         )
         check_finite(speech, cuts, sr)
+        if self.noise_snr is not None:
+            speech = add_noise(speech, speech_lengths, self.noise_snr)
 
         text_lengths = torch.tensor([len(t) for t in targets], dtype=torch.int64)
         tokens = torch.full(
@@ -104,6 +115,29 @@ class AsrDataset(torch.utils.data.Dataset):
             "audio_seconds": float(sum(c.duration for c in cuts)),
             "padding_ratio": padding,
         }
+
+
+def add_noise(
+    speech: torch.Tensor,
+    lengths: torch.Tensor,
+    snr_db: tuple[float, float],
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """``speech`` (``(B, T)``, row ``i`` valid for ``lengths[i]`` samples) plus white Gaussian
+    noise, each row at its own SNR drawn uniformly from ``snr_db`` (dB, over the row's valid
+    samples); padding stays zero, and a silent row stays silent.
+
+    ESPnet's preprocessor mixes recorded noise (``--noise_scp``, ``noise_db_range``) the same
+    way, one SNR per utterance; white noise needs no noise corpus. It raises every cut's noise
+    floor to a level the model cannot use to tell speakers or recording sessions apart."""
+    low, high = snr_db
+    n, t = speech.shape
+    valid = torch.arange(t)[None, :] < lengths[:, None]
+    power = (speech.square() * valid).sum(dim=1) / lengths.clamp(min=1)
+    snr = low + (high - low) * torch.rand(n, generator=generator)
+    scale = (power / 10 ** (snr / 10)).sqrt()
+    noise = torch.randn(n, t, generator=generator) * scale[:, None] * valid
+    return speech + noise.to(speech.dtype)
 
 
 def collate_speech(cuts: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:

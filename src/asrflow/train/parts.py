@@ -8,7 +8,7 @@ batch audit samples too. :mod:`asrflow.train.runner` hands the parts to ``lightn
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,10 @@ def build_trainer_parts(
 
     if recipe.augmentation.vtlp:
         add_vtlp(model, recipe.augmentation.vtlp)
-    dataset = AsrDataset(encoder, sample_rate=model_sample_rate(args.frontend_conf))
-    loaders = _loaders(spec, recipe, dataset, world_size=world_size, rank=rank)
+    rate = model_sample_rate(args.frontend_conf)
+    noise = tuple(recipe.augmentation.noise_snr) or None
+    datasets = {"train": AsrDataset(encoder, rate, noise), "dev": AsrDataset(encoder, rate)}
+    loaders = _loaders(spec, recipe, datasets, world_size=world_size, rank=rank)
     dev = loaders["dev_cuts"]
     references = {c.id: normalize(text(c), norm) for c in dev}
     diagnostics = _diagnostics(recipe, work, sorted(references), write_spikes=rank == 0)
@@ -100,9 +102,10 @@ def build_trainer_parts(
 
 
 def _loaders(
-    spec: RunSpec, recipe: Recipe, dataset: Any, *, world_size: int, rank: int
+    spec: RunSpec, recipe: Recipe, datasets: Mapping[str, Any], *, world_size: int, rank: int
 ) -> dict[str, Any]:
-    """Train and dev loaders of this rank; the train sampler can skip the batches a resumed
+    """Train and dev loaders of this rank (``datasets``: the train and dev
+    :class:`~asrflow.train.data.AsrDataset`); the train sampler can skip the batches a resumed
     run already saw (:class:`~asrflow.train.resume.SkippingSampler`, or the
     :class:`~asrflow.train.shards.ShardLoader` of a sharded run, which is its own sampler)."""
     from lhotse.dataset import SimpleCutSampler
@@ -113,7 +116,7 @@ def _loaders(
     sets = train_corpora(spec)
     if spec.train_shards:
         train = epoch_train_cuts(spec, recipe, sets, 0)
-        train_loader: Any = _shard_loader(spec, recipe, dataset, train, world_size, rank)
+        train_loader: Any = _shard_loader(spec, recipe, datasets["train"], train, world_size, rank)
     else:
         if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
             epoch_cuts = functools.partial(epoch_train_cuts, spec, recipe, sets)
@@ -123,7 +126,8 @@ def _loaders(
             train = epoch_train_cuts(spec, recipe, sets, 0)
             sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
         workers, nice = recipe.batching.num_workers, recipe.batching.worker_nice
-        train_loader = batch_loader(dataset, SkippingSampler(sampler), workers, worker_nice=nice)
+        skipping = SkippingSampler(sampler)
+        train_loader = batch_loader(datasets["train"], skipping, workers, worker_nice=nice)
     dev = load_cuts(spec.dev_cuts)
     if spec.max_dev_cuts is not None:
         dev = dev.subset(first=min(spec.max_dev_cuts, len(dev)))
@@ -136,7 +140,7 @@ def _loaders(
     )
     return {
         "train": train_loader,
-        "dev": batch_loader(dataset, dev_sampler, 0),
+        "dev": batch_loader(datasets["dev"], dev_sampler, 0),
         "num_train_cuts": len(train),
         "dev_cuts": dev,
     }

@@ -240,6 +240,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: len(v) == 0 or (len(v) == 2 and 0.5 <= v[0] <= v[1] <= 2.0),
         "[low, high] warp factors with 0.5 <= low <= high <= 2.0 (e.g. [0.9, 1.1]), or [] for none",
     ),
+    "augmentation.noise_snr": (
+        lambda v: len(v) == 0 or (len(v) == 2 and -10 <= v[0] <= v[1] <= 100),
+        "[low, high] SNRs in dB with -10 <= low <= high <= 100 (e.g. [10, 30]), or [] for none",
+    ),
     "diagnostics.num_decode_utterances": _NON_NEGATIVE,
     "diagnostics.spike_factor": (lambda v: v > 1, "> 1"),
     "diagnostics.spike_window": _POSITIVE_INT,

@@ -88,6 +88,10 @@ class AugmentationConfig:
     """Vocal tract length perturbation: ``[low, high]``, each train utterance's log-mel
     frequency axis warped by a factor drawn from that range every time it is seen (Jaitly &
     Hinton 2013 use ``[0.9, 1.1]``; :mod:`asrflow.train.vtlp`). Empty: off."""
+    noise_snr: tuple[float, ...] = ()
+    """White noise: ``[low, high]`` dB, each train utterance mixed with Gaussian noise at a
+    signal-to-noise ratio drawn from that range every time it is seen (as ESPnet's
+    ``noise_db_range`` with recorded noise; :func:`asrflow.train.data.add_noise`). Empty: off."""
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,9 @@ def operational_keys(*, sharded: bool = False) -> frozenset[str]:
     return OPERATIONAL_KEYS - SHARD_DEALING_KEYS if sharded else OPERATIONAL_KEYS
 
 
-OMITTED_AT_DEFAULT: frozenset[str] = frozenset({"batching.drop_last"})
+OMITTED_AT_DEFAULT: frozenset[str] = frozenset(
+    {"batching.drop_last", "augmentation.vtlp", "augmentation.noise_snr"}
+)
 """Recipe keys added after recipes were first hashed. :meth:`Recipe.to_dict` leaves each out
 while it holds its default, so the recipe hash, a work directory's identity and the train rules'
 params of every recipe that does not set it stay as they were: adding a setting reruns no run."""
