@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 from asrflow import layout
-from asrflow.corpus.folds import Fold, FoldSettings, build_fold
+from asrflow.corpus.folds import PAUSE_FILLS, Fold, FoldSettings, build_fold
 from asrflow.errors import AsrflowError
 from asrflow.io import dumps_json, read_json, write_bytes, write_text
 from asrflow.replicas import replica_name
@@ -433,6 +433,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     p.add_argument("--fold-seed", type=int, default=0, help="seed of the folds' strings")
     p.add_argument(
+        "--pause-fill",
+        choices=PAUSE_FILLS,
+        default=FoldSettings.pause_fill,
+        help="what the pauses between takes hold: digital silence or the takes' room tone",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help=f"CI smoke: fold {QUICK_FOLD} only, {_dotted(QUICK_OVERRIDES)} (before --override)",
@@ -449,7 +455,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def fold_settings(args: argparse.Namespace, speaker: str) -> FoldSettings:
-    return FoldSettings(held_out=speaker, dev=args.dev, sample_rate=RATE, seed=args.fold_seed)
+    return FoldSettings(
+        held_out=speaker,
+        dev=args.dev,
+        sample_rate=RATE,
+        seed=args.fold_seed,
+        pause_fill=args.pause_fill,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import doctest
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from asrflow.corpus.connected import Recording, connected, join, read_takes, until
+from asrflow.corpus import connected as connected_module
+from asrflow.corpus.connected import (
+    Recording,
+    connected,
+    fill_with,
+    join,
+    read_takes,
+    room_tone,
+    until,
+)
 from asrflow.errors import AsrflowError
 
 FSDD = Path(__file__).resolve().parents[3] / "shared/corpora/fsdd4/all.jsonl"
@@ -34,6 +44,31 @@ def test_join_puts_pauses_between_parts_and_keeps_their_order():
     assert out.text == "one two" and out.parts == ["a", "b"]
     assert len(out.audio) == 100 + 100 + 50
     assert (out.audio[100:200] == 0).all() and out.audio[-1] == 2
+
+
+def test_room_tone_is_the_quietest_frames_and_fills_a_pause_at_their_level():
+    rng = np.random.default_rng(0)
+    hiss = rng.normal(0, 0.002, 800).astype(np.float32)  # 0.1 s of background at 8 kHz
+    word = 0.3 * np.sin(np.arange(3200) * 0.2).astype(np.float32)
+    tone = room_tone([np.r_[hiss, word + hiss[0], hiss], word], 8000)
+    assert tone.shape[1] == 160 and np.abs(tone).max() < 0.02  # no frame of the words
+    pause = fill_with(tone, 2000, rng)
+    assert pause.dtype == np.float32 and len(pause) == 2000
+    assert np.sqrt(np.mean(pause**2)) == pytest.approx(0.002, rel=0.15)  # the room's level
+    # no click where frames meet: neighbouring samples differ as much as the hiss's do
+    assert np.abs(np.diff(pause)).max() < 6 * np.abs(np.diff(hiss)).std() + 0.01
+    assert len(fill_with(tone, 0, rng)) == 0
+    filled = join(
+        [Recording(word, "a", ["a"]), Recording(word, "b", ["b"])],
+        rng,
+        sample_rate=8000,
+        pause=(0.1, 0.1),
+        fill=lambda n: fill_with(tone, n, rng),
+    )
+    assert 0 < np.abs(filled.audio[3200:4000]).max() < 0.02
+    with pytest.raises(AsrflowError, match="no recording holds one 20-ms frame"):
+        room_tone([np.zeros(10, np.float32)], 8000)
+    assert doctest.testmod(connected_module).failed == 0
 
 
 def test_until_takes_pieces_up_to_a_length():

@@ -123,6 +123,40 @@ def test_the_same_settings_give_the_same_bytes_and_are_not_rebuilt(takes, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no temp dir left
 
 
+def test_room_fill_puts_the_takes_background_in_the_pauses(tmp_path):
+    """With ``pause_fill: room`` a pause holds the takes' own quietest frames, not zeros; the
+    strings, their takes and their lengths are those of ``zeros``."""
+    root = tmp_path / "takes"
+    (root / "recordings").mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    lines = []
+    for speaker in SPEAKERS:
+        for i in range(TAKES):
+            n = 1600
+            audio = rng.normal(0, 0.003, n) + 0.3 * np.sin(np.arange(n) * 0.1) * (
+                np.arange(n) >= 400
+            )
+            name = f"{i % 5}_{speaker}_{i // 5}"
+            soundfile.write(root / f"recordings/{name}.wav", audio, 8000, subtype="PCM_16")
+            row = {"audio_filepath": f"recordings/{name}.wav", "text": WORDS[i % 5]}
+            lines.append({**row, "duration": 0.2, "speaker": speaker, "utt_id": name})
+    (root / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    zeros = build_fold(root / "all.jsonl", tmp_path / "z", FoldSettings("george"))
+    room = build_fold(root / "all.jsonl", tmp_path / "r", FoldSettings("george", pause_fill="room"))
+    assert _parts(zeros) == _parts(room)
+    for split in folds.SPLITS:
+        for z, r in zip(_rows(zeros, split), _rows(room, split), strict=True):
+            assert z == r  # same strings, same durations
+            a, _ = soundfile.read(zeros.dir / z["audio_filepath"])
+            b, _ = soundfile.read(room.dir / r["audio_filepath"])
+            gap = slice(1600, 1600 + 400)  # inside the first pause (>= 0.05 s)
+            assert (a[gap] == 0).all()
+            assert 0.001 < np.sqrt(np.mean(b[gap] ** 2)) < 0.01  # the takes' hiss
+    assert json.loads((room.dir / "settings.json").read_text())["pause_fill"] == "room"
+    with pytest.raises(AsrflowError, match="pause_fill 'noise': expected one of zeros, room"):
+        FoldSettings("george", pause_fill="noise")
+
+
 def test_string_lengths_partition_exactly_or_say_why_not():
     rng = np.random.default_rng(1)
     for n in [0, 3, 7, 8, 11, 500]:

@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,19 +83,59 @@ def join(
     *,
     sample_rate: int,
     pause: tuple[float, float] = (0.1, 0.4),
+    fill: Callable[[int], np.ndarray] | None = None,
 ) -> Recording:
-    """``parts`` one after the other with a pause of ``pause`` seconds (uniform) between them."""
+    """``parts`` one after the other with a pause of ``pause`` seconds (uniform) between them;
+    ``fill(n)`` gives a pause's ``n`` samples (digital silence without it)."""
     chunks: list[np.ndarray] = []
     for i, part in enumerate(parts):
         if i:
-            gap = rng.uniform(*pause)
-            chunks.append(np.zeros(round(gap * sample_rate), dtype=np.float32))
+            n = round(rng.uniform(*pause) * sample_rate)
+            chunks.append(np.zeros(n, np.float32) if fill is None else fill(n).astype(np.float32))
         chunks.append(part.audio.astype(np.float32))
     return Recording(
         np.concatenate(chunks) if chunks else np.zeros(0, np.float32),
         " ".join(p.text for p in parts),
         [pid for p in parts for pid in p.parts],
     )
+
+
+ROOM_FRAME = 0.02
+"""Seconds of a room-tone frame (:func:`room_tone`)."""
+
+
+def room_tone(audios: Sequence[np.ndarray], sample_rate: int, share: float = 0.1) -> np.ndarray:
+    """The quietest frames of ``audios`` (one recording session's takes): the 20-ms frames whose
+    RMS is in the lowest ``share`` of them, as ``(frames, samples)``: what the room and the
+    microphone sound like between words.
+
+    >>> takes = [np.r_[np.full(160, 0.001), np.full(480, 0.5)]]
+    >>> float(room_tone(takes, 8000, share=0.25).max())
+    0.001
+    """
+    size = round(ROOM_FRAME * sample_rate)
+    frames = [a[: len(a) // size * size].reshape(-1, size) for a in audios if len(a) >= size]
+    if not frames:
+        raise AsrflowError(f"room_tone: no recording holds one {ROOM_FRAME * 1000:.0f}-ms frame")
+    stacked = np.concatenate(frames)
+    rms = np.sqrt(np.mean(stacked.astype(np.float64) ** 2, axis=1))
+    return stacked[rms <= np.quantile(rms, share)]
+
+
+def fill_with(tone: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of room tone: frames of ``tone`` (:func:`room_tone`) drawn at random and
+    overlap-added at half a frame under a sine window, whose squares sum to one, so the level of
+    noise-like frames is kept and no frame edge clicks."""
+    if n <= 0:
+        return np.zeros(0, np.float32)
+    size = tone.shape[1]
+    hop = size // 2
+    window = np.sin(np.pi * (np.arange(size) + 0.5) / size)
+    count = n // hop + 2
+    out = np.zeros((count + 1) * hop, np.float64)
+    for i, k in enumerate(rng.integers(0, len(tone), count)):
+        out[i * hop : i * hop + size] += tone[k] * window
+    return out[hop : hop + n].astype(np.float32)  # from where two frames overlap
 
 
 def connected(

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -43,7 +44,15 @@ from typing import Any
 import numpy as np
 import soundfile
 
-from asrflow.corpus.connected import Recording, Take, join, load, read_takes
+from asrflow.corpus.connected import (
+    Recording,
+    Take,
+    fill_with,
+    join,
+    load,
+    read_takes,
+    room_tone,
+)
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import dumps_json, read_json, replace_dir
@@ -53,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
 DEV_VARIANTS = ("takes", "speaker")
+PAUSE_FILLS = ("zeros", "room")
 VERSION = 1
 """Of the builder: a change to what a given FoldSettings writes must bump it (rebuilds folds)."""
 
@@ -74,10 +84,18 @@ class FoldSettings:
     :func:`~asrflow.corpus.connected.connected`)."""
     sample_rate: Hz = 8000
     seed: int = 0
+    pause_fill: str = "zeros"
+    """What a pause holds: ``zeros`` (digital silence) or ``room`` (the room tone of the takes
+    it joins, :func:`~asrflow.corpus.connected.room_tone`: the speaker's own background, as
+    between the words of one recording)."""
 
     def __post_init__(self) -> None:
         if self.dev not in DEV_VARIANTS:
             raise AsrflowError(f"fold dev {self.dev!r}: expected one of {', '.join(DEV_VARIANTS)}")
+        if self.pause_fill not in PAUSE_FILLS:
+            raise AsrflowError(
+                f"fold pause_fill {self.pause_fill!r}: expected one of {', '.join(PAUSE_FILLS)}"
+            )
         lo, hi = self.words
         if not 1 <= lo <= hi:
             raise AsrflowError(f"fold words {self.words}: expected 1 <= fewest <= most")
@@ -229,12 +247,18 @@ def _write(
         with_dev = role == "train" and settings.dev == "takes"
         plan = plan_speaker(takes[speaker], settings, with_dev)
         rng = _rng(settings, f"{speaker}/pauses")
+        room_rng = _rng(settings, f"{speaker}/room")
         for split, strings in sorted(plan.items()):
             target = role if role != "train" else split
             for i, chosen in enumerate(strings):
                 utt_id = f"{speaker}_{target}_{i:04d}"
-                pieces = [Recording(load(t, settings.sample_rate), t.text, [t.id]) for t in chosen]
-                joined = join(pieces, rng, sample_rate=settings.sample_rate, pause=settings.pause)
+                sr = settings.sample_rate
+                pieces = [Recording(load(t, sr), t.text, [t.id]) for t in chosen]
+                fill = None
+                if settings.pause_fill == "room":
+                    tone = room_tone([p.audio for p in pieces], sr)
+                    fill = functools.partial(fill_with, tone, rng=room_rng)
+                joined = join(pieces, rng, sample_rate=sr, pause=settings.pause, fill=fill)
                 rel = f"audio/{target}/{utt_id}.wav"
                 (out / rel).parent.mkdir(parents=True, exist_ok=True)
                 soundfile.write(
