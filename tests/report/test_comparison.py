@@ -512,6 +512,42 @@ def test_each_run_against_the_baseline_run():
     assert "- **broken**: diverged (vs baseline base: recipe: optim.lr 0.002 -> 0.05)" in text
 
 
+PARENT_DIFF = ["wer_diff_vs_parent", "wer_diff_vs_parent_ci_low", "wer_diff_vs_parent_ci_high"]
+
+
+def test_a_fine_tuning_run_against_the_run_it_started_from():
+    """Issue 32: a child run (``init: {run: base}``) gets its selected artifact against its
+    parent's, paired; no other run does, and without a child the columns stay out of view."""
+    from asrflow.report.page import report_html
+
+    train, evals, selections, errors = _runs_against_a_baseline()
+    plain = comparison_table(train, evals, selections, (), errors)
+    assert plain["parent_run"].isna().all() and plain[PARENT_DIFF].isna().all().all()
+    assert "WER diff vs parent" not in report_markdown(plain)
+    assert "vs parent" not in report_html(plain)
+
+    train["better"] = {**train["better"], "init": {"run": "base", "model": "results/x"}}
+    df = comparison_table(train, evals, selections, (), errors, baseline_run="same")
+    rows = df.set_index(["run", "artifact"])
+    assert (rows.loc[("better", "last"), "parent_run"]) == "base"
+    assert rows.loc[("better", "valid.loss.best"), "parent_run"] == "base"  # every row of it
+    diff, low, high = rows.loc[("better", "last"), PARENT_DIFF]
+    assert diff < 0 and high < 0  # half the parent's errors
+    assert diff == pytest.approx(
+        rows.loc[("better", "last"), "wer"] - rows.loc[("base", "last"), "wer"]
+    )
+    assert rows.loc[("better", "valid.loss.best"), PARENT_DIFF].isna().all()  # selected rows only
+    for run in ("base", "same"):
+        assert pd.isna(rows.loc[(run, "last"), "parent_run"])
+        assert rows.loc[(run, "last"), PARENT_DIFF].isna().all()
+    text = report_markdown(df)
+    assert "| WER diff vs parent | parent |" in text
+    assert f"| {100 * diff:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}] | base |" in text
+    assert "WER diff vs parent: a fine-tuning run's selected artifact" in text
+    html = report_html(df)
+    assert "<th>vs parent base</th>" in html and f"{100 * diff:+.2f}" in html
+
+
 def test_baseline_run_named_and_checked():
     train, evals, selections, errors = _runs_against_a_baseline()
     df = comparison_table(train, evals, selections, (), errors, baseline_run="better")

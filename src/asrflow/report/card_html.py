@@ -65,13 +65,17 @@ def figure_cell(text: str, note: str = "") -> str:
     return "<br>".join(lines)
 
 
-def results_table(results: tuple[Result, ...], compared: bool, baseline: bool = False) -> str:
+def results_table(
+    results: tuple[Result, ...], compared: bool, baseline: bool = False, parent: str = ""
+) -> str:
     """The card's WER per eval set (dev first), with its difference to the baseline run where
-    there is another run (``compared``; ``baseline``: the card is the baseline run's)."""
+    there is another run (``compared``; ``baseline``: the card is the baseline run's) and to
+    the ``parent`` run of a fine-tuning run."""
     if not results:
         return ""
     heads = "<th>eval set</th><th>WER % (95 % CI)</th>"
     heads += "<th>vs baseline</th>" if compared else ""
+    heads += f"<th>vs parent {_e(parent)}</th>" if parent else ""
     rows = []
     for r in results:
         role = f"<br>{badge(r.role)}" if r.role else ""
@@ -83,6 +87,8 @@ def results_table(results: tuple[Result, ...], compared: bool, baseline: bool = 
             verdict = badge(r.verdict, _VERDICT_CLASS.get(r.verdict, "")) if r.verdict else ""
             cells += f'<td class="vs">{figure_cell(r.vs_baseline)}'
             cells += f"<br>{verdict}</td>" if verdict else "</td>"
+        if parent:
+            cells += f'<td class="vs">{figure_cell(r.vs_parent)}</td>'
         rows.append(f'<tr data-eval-set="{_e(r.eval_set)}">{cells}</tr>')
     return f"<table><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>\n"
 
@@ -183,7 +189,7 @@ def card_html(card: RunCard, compared: bool) -> str:
         )
     if card.error:
         out += _line("Failed:", f'<span class="error">{_e(card.error)}</span>')
-    out += results_table(card.results, compared, card.baseline)
+    out += results_table(card.results, compared, card.baseline, card.parent)
     out += gate_html(card.gate)
     out += seeds_table(card.seeds, {r.eval_set: r.role for r in card.results})
     if card.change and compared:

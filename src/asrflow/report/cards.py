@@ -64,6 +64,9 @@ class Result:
     cer: str = ""
     vs_baseline: str = ""
     verdict: str = ""
+    vs_parent: str = ""
+    """A fine-tuning run's: its WER minus its parent run's selected artifact's, with the
+    interval (``"-2.10 [-3.40, -0.90]"``)."""
     """:data:`BETTER`, :data:`WORSE`, :data:`UNCLEAR`, or ``""`` (no difference measured)."""
     note: str = ""
     """Replicated runs: the standard deviation and range of the replicas' WERs; a WER on part
@@ -114,6 +117,8 @@ class RunCard:
     details: tuple[tuple[str, Details], ...]
     """``(title, details)`` per run: one section, or one per replica."""
     seeds: tuple[Seed, ...] = ()
+    parent: str = ""
+    """The run whose selected model this run fine-tuned (``init: {run: ...}``), or ``""``."""
 
     @property
     def failed(self) -> bool:
@@ -180,6 +185,9 @@ def _results(rows: pd.DataFrame, selection: Mapping[str, Any] | None) -> tuple[R
                 r.wer_diff_vs_baseline,
                 r.wer_diff_vs_baseline_ci_low,
                 r.wer_diff_vs_baseline_ci_high,
+            ),
+            vs_parent=with_interval(
+                r.wer_diff_vs_parent, r.wer_diff_vs_parent_ci_low, r.wer_diff_vs_parent_ci_high, "+"
             ),
         )
         for r in chosen.itertuples()
@@ -275,6 +283,7 @@ def plain_card(rows: pd.DataFrame, selection: Mapping[str, Any] | None) -> RunCa
         error=as_text(first["error"]),
         notes=_notes(rows),
         details=((str(first["run"]), details_of(rows)),),
+        parent=as_text(first["parent_run"]),
     )
 
 

@@ -111,6 +111,8 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
             "WER diff vs selected": rate_cells(df, "wer_diff_vs_selected", "+"),
             "WER diff vs baseline": rate_cells(df, "wer_diff_vs_baseline", "+"),
             "changed vs baseline": [change_text(r) for r in df.itertuples()],
+            "WER diff vs parent": rate_cells(df, "wer_diff_vs_parent", "+"),
+            "parent": df["parent_run"].map(as_text),
             "scored": [scored_text(r) for r in df.itertuples()],
             "rank": df["rank"].map(as_text),
             "selected": df["selected"].map(lambda s: "yes" if s else ""),
@@ -158,6 +160,23 @@ BASELINE_CELL = "(baseline run)"
 
 BASELINE_VIEW = ["WER diff vs baseline", "changed vs baseline"]
 """Columns of :func:`display_table` shown only where there is another run to compare with."""
+
+
+PARENT_VIEW = ["WER diff vs parent", "parent"]
+"""Columns of :func:`display_table` shown only where a run fine-tuned another run's model."""
+
+PARENT_NOTE = (
+    "WER diff vs parent: a fine-tuning run's selected artifact against the selected artifact of "
+    "the run it started from (init: {run: ...}) on the same eval set, paired by utterance: what "
+    "the fine-tuning gained over the model it started from."
+)
+"""What the run-against-parent columns of the Markdown and HTML tables mean."""
+
+
+def has_parents(df: pd.DataFrame) -> bool:
+    """Some current run fine-tuned another run's selected model: the parent columns say
+    something."""
+    return bool(df.loc[df["current"], "parent_run"].notna().any())
 
 
 def compared(df: pd.DataFrame) -> bool:

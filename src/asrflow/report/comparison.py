@@ -50,9 +50,11 @@ from asrflow.report.changes import CHANGE_COLUMNS, baseline_of, change_columns
 from asrflow.report.differences import (
     BASELINE_DIFF_COLUMNS,
     DIFF_COLUMNS,
+    PARENT_DIFF_COLUMNS,
     EvalKey,
     UtteranceErrors,
     differences_vs_baseline,
+    differences_vs_parent,
     differences_vs_selected,
     not_compared,
 )
@@ -108,6 +110,8 @@ COLUMNS = (
     *INTERVALS,
     *DIFF_COLUMNS,
     *BASELINE_DIFF_COLUMNS,
+    "parent_run",
+    *PARENT_DIFF_COLUMNS,
     "rank",
     "selected",
     *DEV_COLUMNS,
@@ -307,6 +311,9 @@ def comparison_table(
       differs from it (:mod:`asrflow.report.changes`; ``train_records``: the train steps'
       provenance records); ``wer_diff_vs_baseline`` and its interval on selected rows
       (:func:`asrflow.report.differences.differences_vs_baseline`: with all seed ``replicas``).
+    - ``parent_run`` (a run that fine-tuned another run's selected model, ``init: {run: P}``,
+      as its train summary records) and ``wer_diff_vs_parent`` with its interval on selected
+      rows (:func:`asrflow.report.differences.differences_vs_parent`).
     """
     baseline = baseline_of(list(train_summaries), baseline_run)
     changes = change_columns(train_summaries, train_records or {}, baseline)
@@ -344,13 +351,28 @@ def comparison_table(
     df[list(BASELINE_DIFF_COLUMNS)] = differences_vs_baseline(
         df, utterance_errors or {}, baseline, replicas=replicas
     )
+    parents = parent_runs(train_summaries)
+    df["parent_run"] = df["run"].map(parents).astype(object)
+    df[list(PARENT_DIFF_COLUMNS)] = differences_vs_parent(
+        df, utterance_errors or {}, parents, replicas=replicas
+    )
     df["not_compared"] = not_compared(df, baseline, replicas or {})
     return df
 
 
+def parent_runs(train_summaries: Mapping[str, Mapping[str, Any] | None]) -> dict[str, str]:
+    """Run -> the run whose selected model it fine-tuned (its summary's ``init.run``)."""
+    out = {}
+    for run, summary in train_summaries.items():
+        parent = ((summary or {}).get("init") or {}).get("run")
+        if parent:
+            out[run] = str(parent)
+    return out
+
+
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS, *BASELINE_DIFF_COLUMNS)
+    numeric = (*METRICS, *INTERVALS, *DIFF_COLUMNS, *BASELINE_DIFF_COLUMNS, *PARENT_DIFF_COLUMNS)
     seconds = ("audio_seconds", "decode_seconds", "effective_batch_seconds", "seconds_total")
     for col in (*numeric, *seconds, "seconds_excluded"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")

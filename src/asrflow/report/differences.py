@@ -21,6 +21,11 @@ replicas' selected artifacts, utterance by utterance, the interval resampling ut
 baseline's seeds (:func:`asrflow.evaluate.paired.replicated_difference`); its own replicas get
 their difference to that mean.
 
+Against the parent (:data:`PARENT_DIFF_COLUMNS`, :func:`differences_vs_parent`): a fine-tuning
+run started from another run's selected model (``init: {run: P}``) gets its selected artifact
+against P's selected artifact (the mean of P's replicas, if it has them) on each eval set both
+were evaluated on, under the same rules: what this week's fine-tune gained over last week's model.
+
 Example::
 
     errors = {("r1", "last", "demo.dev"): read_utterance_errors(".../utterances.csv"), ...}
@@ -51,6 +56,12 @@ BASELINE_DIFF_COLUMNS = (
     "wer_diff_vs_baseline",
     "wer_diff_vs_baseline_ci_low",
     "wer_diff_vs_baseline_ci_high",
+)
+
+PARENT_DIFF_COLUMNS = (
+    "wer_diff_vs_parent",
+    "wer_diff_vs_parent_ci_low",
+    "wer_diff_vs_parent_ci_high",
 )
 
 EvalKey = tuple[str, str, str]
@@ -91,17 +102,47 @@ def differences_vs_baseline(
     the baseline's run), under the same rules as :func:`differences_vs_selected` (current rows,
     one contract, the same eval cuts, the same utterances). Other rows get empty cells; the
     baseline's own selected rows 0 [0, 0]."""
-    out = pd.DataFrame(np.nan, index=df.index, columns=list(BASELINE_DIFF_COLUMNS), dtype="float64")
-    if baseline is None:
-        return out
+    reference = {} if baseline is None else dict.fromkeys(df["run"].dropna(), baseline)
+    return _against(df, errors, reference, BASELINE_DIFF_COLUMNS, "baseline", bootstrap, replicas)
+
+
+def differences_vs_parent(
+    df: pd.DataFrame,
+    errors: Mapping[EvalKey, UtteranceErrors],
+    parents: Mapping[str, str],
+    bootstrap: Bootstrap = BOOTSTRAP,
+    replicas: Replicas | None = None,
+) -> pd.DataFrame:
+    """The :data:`PARENT_DIFF_COLUMNS` of every row of the comparison ``df``: the selected rows
+    of each run of ``parents`` (run -> the run it fine-tuned from) against that parent's selected
+    artifact (the mean of its replicas) on the same eval set, as
+    :func:`differences_vs_baseline`; other rows get empty cells."""
+    return _against(df, errors, parents, PARENT_DIFF_COLUMNS, "parent", bootstrap, replicas)
+
+
+def _against(
+    df: pd.DataFrame,
+    errors: Mapping[EvalKey, UtteranceErrors],
+    reference: Mapping[str, str],
+    columns: Sequence[str],
+    role: str,
+    bootstrap: Bootstrap,
+    replicas: Replicas | None,
+) -> pd.DataFrame:
+    """``columns`` (difference, interval) of each selected current row of a run of
+    ``reference`` against the selected current rows of its reference run's replica group."""
+    out = pd.DataFrame(np.nan, index=df.index, columns=list(columns), dtype="float64")
     current = df[df["current"].astype(bool)]
     selected = current[current["selected"].astype(bool)]
-    group = selected[selected["run"].isin(replica_group(baseline, replicas or {}))]
-    chosen = {s: [r for _, r in rows.iterrows()] for s, rows in group.groupby("eval_set")}
     for i, row in selected.iterrows():
-        refs = chosen.get(row["eval_set"])
-        if refs:
-            out.loc[i] = _paired(row, refs, errors, bootstrap, f"baseline {baseline}'s selected")
+        ref_run = reference.get(row["run"])
+        if ref_run is None:
+            continue
+        group = replicas_of(ref_run, replicas or {}) or replica_group(ref_run, replicas or {})
+        refs = selected[selected["run"].isin(group) & (selected["eval_set"] == row["eval_set"])]
+        if len(refs):
+            what = f"{role} {ref_run}'s selected"
+            out.loc[i] = _paired(row, [r for _, r in refs.iterrows()], errors, bootstrap, what)
     return out
 
 

@@ -35,12 +35,15 @@ from asrflow.report.cells import (
     BASELINE_NOTE,
     BASELINE_VIEW,
     INTERVAL_NOTE,
+    PARENT_NOTE,
+    PARENT_VIEW,
     REPLICA_NOTE,
     as_text,
     code_notes,
     compared,
     dev_notes,
     display_table,
+    has_parents,
     missing,
     replica_view,
     short,
@@ -56,6 +59,7 @@ RESULT_COLUMNS = {
     "CER %": "cer",
     "WER diff vs selected": "wer_diff_vs_selected",
     "WER diff vs baseline": "wer_diff_vs_baseline",
+    "WER diff vs parent": "wer_diff_vs_parent",
     "rank": "rank",
     "scored": "utterances_scored",
     "RTF": "rtf",
@@ -133,6 +137,7 @@ def eval_set_tables(
         return "<p>No evaluation results.</p>\n"
     dev = _dev_sets(selections or {})
     columns = [c for c in RESULT_COLUMNS if compared(df) or c not in BASELINE_VIEW]
+    columns = [c for c in columns if has_parents(df) or c not in PARENT_VIEW]
     out = []
     for eval_set in sorted(current["eval_set"].unique(), key=lambda s: (s not in dev, s)):
         rows = current[current["eval_set"] == eval_set].reset_index(drop=True)
@@ -310,6 +315,7 @@ def report_html(
         f'<h2 id="results">Results by eval set</h2>\n{eval_set_tables(df, selections)}'
         f'<p class="note">{_e(INTERVAL_NOTE)}</p>\n'
         + (f'<p class="note">{_e(BASELINE_NOTE)}</p>\n' if show else "")
+        + (f'<p class="note">{_e(PARENT_NOTE)}</p>\n' if has_parents(df) else "")
         + seeds
         + (f'<section id="plans">\n{plans_html(plans)}</section>\n' if plans else "")
         + archived

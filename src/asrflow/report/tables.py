@@ -22,6 +22,8 @@ from asrflow.report.cells import (
     BASELINE_NOTE,
     BASELINE_VIEW,
     INTERVAL_NOTE,
+    PARENT_NOTE,
+    PARENT_VIEW,
     REPLICA_NOTE,
     as_text,
     change_text,
@@ -29,6 +31,7 @@ from asrflow.report.cells import (
     compared,
     dev_notes,
     display_table,
+    has_parents,
     replica_view,
 )
 from asrflow.report.comparison import NONE, check_contracts
@@ -90,10 +93,13 @@ def report_markdown(
         view = display_table(current).drop(columns=["current"])
         if not compared(df):
             view = view.drop(columns=BASELINE_VIEW)
+        if not has_parents(df):
+            view = view.drop(columns=PARENT_VIEW)
         lines += [markdown_table(view), ""]
         lines += [f"> {_md_cell(n)}\n" for n in dev_notes(df)]
         lines += [INTERVAL_NOTE, ""]
         lines += [BASELINE_NOTE, ""] if compared(df) else []
+        lines += [PARENT_NOTE, ""] if has_parents(df) else []
     if replicas is not None and not replicas.empty:
         lines += ["## Seed replicas", "", markdown_table(replica_view(replicas)), ""]
         lines += [REPLICA_NOTE, ""]
