@@ -250,6 +250,8 @@ def audit_batches(
     report["num_cuts"] = len(cuts)
     report["batches_per_epoch"] = per_epoch
     report["batching"] = settings.sampler_kwargs()
+    if settings.sampler != Batching.sampler:  # the default's reports stay as they were
+        report["batching"]["sampler"] = settings.sampler
     report["source"] = "files" if shard_batches is None else "shards"
     # Lhotse may estimate fewer bins than asked for on small or uniform data.
     report["duration_bins"] = [round(b, 3) for b in bins]

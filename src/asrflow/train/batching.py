@@ -32,7 +32,11 @@ class Batching:
       ``nice``); the workers then load in the time the trainer leaves a core idle instead of
       taking it from the training step (:mod:`asrflow.train.workers`); not a sampler argument;
     - ``buffer_size``: cuts held across the buckets (memory vs shuffling quality);
-    - ``drop_last``: drop incomplete batches at the end of a bucket.
+    - ``drop_last``: drop incomplete batches at the end of a bucket;
+    - ``sampler``: ``bucketing`` (Lhotse's ``DynamicBucketingSampler``, the default) or
+      ``sorted`` (ESPnet2's ``numel``: the whole train set sorted by duration, packed into
+      batches, their order shuffled every epoch; :mod:`asrflow.train.sorted_batches`), which
+      pads less and ignores ``num_buckets``, ``buffer_size`` and ``drop_last``.
 
     Invalid values raise :class:`AsrflowError` naming ``batching.<key>``.
     """
@@ -46,8 +50,13 @@ class Batching:
     worker_nice: int = 19
     buffer_size: int = 10000
     drop_last: bool = False
+    sampler: str = "bucketing"
 
     def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise AsrflowError(
+                f"batching.sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
+            )
         if not _positive(self.max_duration):
             raise AsrflowError(
                 f"batching.max_duration must be a positive number of seconds, "
@@ -90,9 +99,14 @@ class Batching:
         return cls(**values)
 
     def sampler_kwargs(self) -> dict[str, Any]:
-        """The ``DynamicBucketingSampler`` arguments: every setting but the workers'."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOADER_KEYS}
+        """The ``DynamicBucketingSampler`` arguments: every setting but the workers' and the
+        choice of sampler."""
+        skip = LOADER_KEYS | {"sampler"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
+
+SAMPLERS = ("bucketing", "sorted")
+"""``batching.sampler``: Lhotse's duration buckets, or length-sorted batches."""
 
 LOADER_KEYS = frozenset({"num_workers", "worker_nice"})
 """The settings of the DataLoader's workers, not of the sampler."""

@@ -34,6 +34,7 @@ from asrflow.data.cuts import origin, text
 from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batching import Batching
+from asrflow.train.sorted_batches import SortedBatchSampler
 from asrflow.train.workers import worker_loader
 from asrflow.types import Hz
 
@@ -214,14 +215,17 @@ def make_sampler(
     batching: Batching | Mapping[str, Any] | Any,
     world_size: int | None = None,
     rank: int | None = None,
-) -> DynamicBucketingSampler:
-    """A resumable :class:`DynamicBucketingSampler` over ``cuts`` with the run's settings.
+) -> DynamicBucketingSampler | SortedBatchSampler:
+    """A resumable :class:`DynamicBucketingSampler` over ``cuts`` with the run's settings
+    (with ``batching.sampler: sorted``, a :class:`SortedBatchSampler`).
 
     ``world_size``/``rank`` default to the ``torch.distributed`` setup (1/0 without it). Call
     ``sampler.set_epoch(e)`` before each epoch for a new shuffle (Lightning does it for the
     DataLoader's sampler); ``state_dict()``/``load_state_dict()`` resume mid-epoch.
     """
     b = Batching.coerce(batching)
+    if b.sampler == "sorted":
+        return SortedBatchSampler(cuts, b, world_size=world_size, rank=rank)
     with warnings.catch_warnings():
         # asrflow's manifests are small enough to hold in memory; the warning is noise here.
         warnings.filterwarnings("ignore", message=EAGER_WARNING)

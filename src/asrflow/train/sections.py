@@ -249,7 +249,7 @@ def operational_keys(*, sharded: bool = False) -> frozenset[str]:
 
 
 OMITTED_AT_DEFAULT: frozenset[str] = frozenset(
-    {"batching.drop_last", "augmentation.vtlp", "augmentation.noise_snr"}
+    {"batching.drop_last", "batching.sampler", "augmentation.vtlp", "augmentation.noise_snr"}
 )
 """Recipe keys added after recipes were first hashed. :meth:`Recipe.to_dict` leaves each out
 while it holds its default, so the recipe hash, a work directory's identity and the train rules'

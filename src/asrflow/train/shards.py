@@ -157,6 +157,12 @@ class ShardBatches(IterableDataset):
         weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
+        if batching.sampler != "bucketing":
+            raise AsrflowError(
+                f"batching.sampler: {batching.sampler} sorts the whole train set, which a sharded "
+                "corpus streams and never holds at once; use batching.sampler: bucketing (the "
+                "default) with sharded corpora"
+            )
         self.corpora = [list(shards) for shards in corpora]
         self.weights = None if weights is None else list(weights)
         self.dataset = dataset
