@@ -212,10 +212,10 @@ def test_relative_links_outside_the_site_resolve(page: str) -> None:
 
 def test_the_readme_keeps_its_two_commands_and_stays_short() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "```bash\npip install uv && uv sync --locked && uv run snakemake\n```" in readme
-    assert "```bash\npip install uv && uv sync --locked && uv run pytest\n```" in readme
+    assert "```bash\npip install uv && uv sync --locked --compile-bytecode && uv run snakemake\n```" in readme
+    assert "```bash\npip install uv && uv sync --locked --compile-bytecode && uv run pytest\n```" in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "pip install uv && uv sync --locked && uv run pytest" in ci
+    assert "pip install uv && uv sync --locked --compile-bytecode && uv run pytest" in ci
     assert len(readme.splitlines()) <= 200
 
 
