@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -649,7 +650,7 @@ def test_a_lora_child_exports_a_plain_package_that_evaluates(trained, tmp_path):
     }
     config.write_text(yaml.safe_dump(cfg))
     evaluation = "results/runs/lora/eval/last/tiny.dev/summary.json"
-    snakemake(workdir, evaluation)
+    snakemake(workdir, evaluation, "results/report/comparison.csv")
     summary = json.loads((workdir / "results/runs/lora/train/summary.json").read_text())
     init = summary["init"]
     assert init["adapter"]["rank"] == 2 and init["adapted_modules"] == 2, init  # one block: q, v
@@ -670,6 +671,12 @@ def test_a_lora_child_exports_a_plain_package_that_evaluates(trained, tmp_path):
     assert params and all(k.endswith(("linear_q.weight", "linear_v.weight")) for k in params)
     scored = json.loads((workdir / evaluation).read_text())
     assert scored["utterances_scored"] == scored["utterances_total"] > 0, scored
+    # the report sets the child's selected model against its parent's, utterance by utterance
+    report = pd.read_csv(workdir / "results/report/comparison.csv")
+    chosen = report[(report["run"] == "lora") & report["selected"]]
+    assert len(chosen) and (chosen["parent_run"] == "tiny_ctc").all(), chosen
+    assert chosen["wer_diff_vs_parent"].notna().all(), chosen
+    assert report.loc[report["run"] == "tiny_ctc", "parent_run"].isna().all()
 
 
 def test_the_trained_dags_report_page_renders_in_a_browser(trained, tmp_path):
