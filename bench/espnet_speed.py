@@ -22,20 +22,20 @@ Every step is timed from the start of one training forward to the start of the n
 pre-hook on the model), so the wait for the next batch and whatever a loop does between batches
 count, in wall time and in the process's CPU time (``time.process_time``: every thread of the
 process; all three loops run in it, and the loader workers, where the recipe has any, are not
-counted). CPU time per audio second is the ratio the goal is judged on: on a shared machine a
-busy neighbour moves wall time far more than the CPU a step takes (threads that spin while they
-wait for a core still count, so compare loops of one run). Rounds run interleaved (ESPnet2, asrflow, bare, bare, ESPnet2, ...) so that drift on a
-shared machine hits every loop alike (each round's median is printed: drift shows there). The
-table gives per loop the median and mean seconds per step over the timed steps of all rounds
-(the demo corpus has 15-30 s utterances that make one-cut batches 2-3x slower than the rest, so
-the mean is well above the median), audio seconds and utterances per step, padding, audio seconds
-per wall second, and time per audio second against ESPnet2's. Then the ratios the issue sets
-goals for: asrflow <= 1.0x ESPnet2's time per audio second, and asrflow <= 1.05x the bare loop on
-the same batches (all timed steps; the median of the per-step ratios beside it); and the bare
-loop on the two batchings, which shows what padding costs. Each ratio is the median over the
-rounds of each round's ratio, printed with the rounds' range and in how many rounds its goal
-holds: the loops of one round run minutes apart, so the range shows the drift a ratio carries
-(more, shorter rounds, e.g. ``--rounds 8 --steps 75``, tell a loop's cost from drift better).
+counted). CPU time per audio second is the ratio the goal is judged on: on a shared machine a busy
+neighbour moves wall time far more than the CPU a step takes (threads that spin while they wait for
+a core still count, so compare loops of one run). Rounds run interleaved (ESPnet2, asrflow, bare,
+bare, ESPnet2, ...) so that drift on a shared machine hits every loop alike (each round's median is
+printed: drift shows there). The table gives per loop the median and mean seconds per step over the
+timed steps of all rounds (the demo corpus has 15-30 s utterances that make one-cut batches 2-3x
+slower than the rest, so the mean is well above the median), audio seconds and utterances per step,
+padding, audio seconds per wall second, and time per audio second against ESPnet2's. Then the ratios
+the issue sets goals for: asrflow <= 1.0x ESPnet2's time per audio second, and asrflow <= 1.05x the
+bare loop on the same batches (all timed steps; the median of the per-step ratios beside it); and
+the bare loop on the two batchings, which shows what padding costs. Each ratio is the median over
+the rounds of each round's ratio, printed with the rounds' range and in how many rounds its goal
+holds: the loops of one round run minutes apart, so the range shows the drift a ratio carries (more,
+shorter rounds, e.g. ``--rounds 8 --steps 75``, tell a loop's cost from drift better).
 
 ``--breakdown`` adds two asrflow loops on its preloaded batches (with everything; with no
 callbacks, loggers, the step's metrics row, diagnostics or ``self.log``), giving the cost of the

@@ -53,6 +53,7 @@ from real_speech import (  # a sibling script, not a package
     _json,
     _machine,
     _wer,
+    add_pause_fill,
     finish,
     fold_settings,
     parse_overrides,
@@ -198,6 +199,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")
     p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     p.add_argument("--fold-seed", type=int, default=0, help="seed of the fold's strings")
+    add_pause_fill(p)
     p.add_argument("--table", type=Path, help="print the table of a fine_tuning.json, run nothing")
     return p.parse_args(argv)
 

@@ -432,12 +432,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")
     p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     p.add_argument("--fold-seed", type=int, default=0, help="seed of the folds' strings")
-    p.add_argument(
-        "--pause-fill",
-        choices=PAUSE_FILLS,
-        default=FoldSettings.pause_fill,
-        help="what the pauses between takes hold: digital silence or the takes' room tone",
-    )
+    add_pause_fill(p)
     p.add_argument(
         "--quick",
         action="store_true",
@@ -452,6 +447,16 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.folds = [QUICK_FOLD]
     return args
+
+
+def add_pause_fill(p: argparse.ArgumentParser) -> None:
+    """``--pause-fill`` (:attr:`FoldSettings.pause_fill`), for every benchmark that builds folds."""
+    p.add_argument(
+        "--pause-fill",
+        choices=PAUSE_FILLS,
+        default=FoldSettings.pause_fill,
+        help="what the pauses between takes hold: digital silence or the takes' room tone",
+    )
 
 
 def fold_settings(args: argparse.Namespace, speaker: str) -> FoldSettings:

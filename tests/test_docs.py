@@ -212,8 +212,9 @@ def test_relative_links_outside_the_site_resolve(page: str) -> None:
 
 def test_the_readme_keeps_its_two_commands_and_stays_short() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "```bash\npip install uv && uv sync --locked --compile-bytecode && uv run snakemake\n```" in readme
-    assert "```bash\npip install uv && uv sync --locked --compile-bytecode && uv run pytest\n```" in readme
+    setup = "pip install uv && uv sync --locked --compile-bytecode && uv run"
+    assert f"```bash\n{setup} snakemake\n```" in readme
+    assert f"```bash\n{setup} pytest\n```" in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install uv && uv sync --locked --compile-bytecode && uv run pytest" in ci
     assert len(readme.splitlines()) <= 200
