@@ -1247,9 +1247,12 @@ def write_json(
     b = recipe.batching
     where = "bf16 on the GPU" if args.device == "cuda" else "fp32"
     options = " ".join(f"--set {o}" for o in args.set)
+    batches = (
+        "length-sorted batches" if b.sampler == "sorted" else f"{b.num_buckets} duration buckets"
+    )
     what = (
         f"training, {Path(args.recipe).stem} ({b.num_workers} loader worker(s) in each trainer, "
-        f"{b.num_buckets} duration buckets), {where}, {args.threads} threads, batches of "
+        f"{batches}), {where}, {args.threads} threads, batches of "
         f"{batch_audio:.2f} s of audio (`espnet_speed.py{' --breakdown' if args.breakdown else ''}"
         f"{' ' + options if options else ''}`, {args.rounds} interleaved rounds of {args.steps} "
         f"steps after {args.warmup})"
