@@ -64,10 +64,10 @@ class Result:
     cer: str = ""
     vs_baseline: str = ""
     verdict: str = ""
+    """:data:`BETTER`, :data:`WORSE`, :data:`UNCLEAR`, or ``""`` (no difference measured)."""
     vs_parent: str = ""
     """A fine-tuning run's: its WER minus its parent run's selected artifact's, with the
     interval (``"-2.10 [-3.40, -0.90]"``)."""
-    """:data:`BETTER`, :data:`WORSE`, :data:`UNCLEAR`, or ``""`` (no difference measured)."""
     note: str = ""
     """Replicated runs: the standard deviation and range of the replicas' WERs; a WER on part
     of its eval set: how much of it was scored."""
