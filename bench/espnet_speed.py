@@ -480,8 +480,8 @@ def run_asrflow(
     CPU in fp32 (``device`` cpu) or as the recipe says on a GPU (cuda; bf16-mixed for
     ``precision: auto``).
 
-    ``variant.extras`` False: no callbacks, no loggers, and the module's diagnostics, its
-    ``self.log`` calls and its step row (``on_train_batch_end``) are no-ops (gradient clipping
+    ``variant.extras`` False: no callbacks (so no metrics row, diagnostics, exact resume or
+    checkpoints), no loggers, and the module's ``self.log`` calls are no-ops (gradient clipping
     stays, as in the bare loop; it computes the logged grad norm). ``variant.profiled``: Lightning's
     ``SimpleProfiler`` times its hooks and the data fetch, and times the model's forward, the
     loggers' ``log_metrics``, ``self.log``/``log_dict`` and the diagnostics besides (into
@@ -511,8 +511,7 @@ def run_asrflow(
     extra = [PreemptionCheckpoint(work / CHECKPOINTS / LAST_CHECKPOINT), RankFailures()]
     if not variant.extras:
         parts["loggers"], parts["callbacks"], extra = False, [], []
-        module.diagnostics = None
-        module.on_train_batch_end = module.log = module.log_dict = _ignore  # the step's row
+        module.log = module.log_dict = _ignore
     profiler = None
     if variant.profiled:
         profiler = kwargs["profiler"] = SimpleProfiler(dirpath=work, filename="profile")

@@ -1,8 +1,10 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from asrflow.tokens import greedy_ctc
-from asrflow.train.resume import SkippingSampler
+from asrflow.train.resume import ExactResume, SkippingSampler
 
 
 def test_greedy_ctc_collapses_repeats_drops_blanks_and_respects_lengths():
@@ -50,19 +52,21 @@ def test_logged_grad_norm_is_the_total_norm_before_clipping(tmp_path, algorithm:
     spec = make_tiny_run(tmp_path / "data")
     parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
     module = parts["module"]
-    module.trainer = L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+    module.trainer = L.Trainer(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu"
+    )
     optimizer = module.configure_optimizers()["optimizer"]
-    module._train_row = {}
-    module.configure_gradient_clipping(optimizer, 1.0, algorithm)
-    assert module._train_row == {}  # no gradients yet: nothing to log
-    loss, _, _ = module(next(iter(parts["train_loader"])))
+    batch = next(iter(parts["train_loader"]))
+    module.configure_gradient_clipping(optimizer, 1.0, algorithm)  # no gradients: nothing to do
+    loss = module.training_step(batch, 0)
+    assert module.step_record is not None and module.step_record.grad_norm is None
     loss.backward()
     before = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
     total = float(grad_norm(module, norm_type=2)["grad_2.0_norm_total"])
     assert total == pytest.approx(float(before.norm()), rel=1e-5)
     clip = total / 4 if algorithm == "norm" else float(before.abs().max()) / 4
     module.configure_gradient_clipping(optimizer, clip, algorithm)
-    assert float(module._train_row["train/grad_norm"]) == pytest.approx(total, rel=1e-5)
+    assert float(module.step_record.grad_norm) == pytest.approx(total, rel=1e-5)
     after = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
     if algorithm == "norm":
         assert float(after.norm()) == pytest.approx(clip, rel=1e-4)
@@ -132,10 +136,15 @@ def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
     assert float(loss) == 0.0 and logged == {}
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().sum()) == 0.0 for g in grads)
-    assert module._train_row is None and module.step_loss is None  # no row, no loss shown
+    assert module.step_record is None and module.step_loss is None  # no row, no loss shown
     real = module.training_step(batch, 0)
-    assert float(real) > 0.0 and module._train_row is not None
-    assert float(module.step_loss) == float(real)  # the progress line's loss
+    record = module.step_record
+    assert float(real) > 0.0 and record is not None
+    assert float(module.step_loss) == float(real) == float(record.loss)  # the progress line's
+    assert record.ids == batch["ids"] and record.num_tokens == int(batch["num_tokens"])
+    assert record.utterance_losses is not None and len(record.utterance_losses) == len(record.ids)
+    module.training_step({**batch, FILLER: True}, 0)
+    assert module.step_record is None  # a filler after a real step: its row is not logged again
     assert logged == {}  # no live progress bar (no Trainer here): nothing self.log'ged
 
 
@@ -157,8 +166,11 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
     assert isinstance(loader, ShardLoader) and module.train_sampler is loader
     cut_ids = [i for batch in loader for i in batch["ids"]]
     assert sorted(cut_ids) == sorted(load_cuts(spec.train_cuts[0]).ids)
+    (resume,) = [c for c in parts["callbacks"] if isinstance(c, ExactResume)]
+    assert resume.train_sampler is loader
     state = {"epoch": 2, "batches_in_epoch": 1, "world_size": 1}
-    module.on_load_checkpoint({"asrflow_data": state, "global_step": 5})
+    trainer = SimpleNamespace(world_size=1, loggers=[])
+    resume.on_load_checkpoint(trainer, module, {"asrflow_data": state, "global_step": 5})
     assert (loader.batches.epoch, loader.skip) == (2, 1)
 
 

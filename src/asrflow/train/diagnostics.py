@@ -63,6 +63,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
+
 from asrflow.io import write_text
 from asrflow.types import Pathlike
 
@@ -376,3 +378,36 @@ class Diagnostics:
                 )
                 log.warning(message)
                 self.warnings.append(message)
+
+
+class DiagnosticsCallback(Callback):
+    """Hands each training step and each validation of
+    :class:`~asrflow.train.module.AsrModule` to ``diagnostics`` (rank 0 judges spikes and writes
+    transcripts), and keeps the spike detector's state in the run's checkpoints
+    (``asrflow_diagnostics``)."""
+
+    def __init__(self, diagnostics: Diagnostics) -> None:
+        self.diagnostics = diagnostics
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+        record = getattr(pl_module, "step_record", None)
+        if record is None or not trainer.is_global_zero:
+            return
+        self.diagnostics.observe_loss(
+            record.step, record.loss_per_token, record.ids, record.utterance_losses
+        )
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        validation = getattr(pl_module, "validation", None)
+        if validation is None or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        hyps, metrics = validation
+        self.diagnostics.on_validation(trainer.global_step, hyps, pl_module.references, metrics)
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        checkpoint["asrflow_diagnostics"] = self.diagnostics.state_dict()
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        self.diagnostics.load_state_dict(
+            checkpoint.get("asrflow_diagnostics"), int(checkpoint.get("global_step", 0))
+        )

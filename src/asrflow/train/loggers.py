@@ -1,4 +1,17 @@
-"""TensorBoard logging of a whole metrics row as one event.
+"""A training step's metrics row, logged as one row (:class:`MetricsRow`) and written to
+TensorBoard as one event (:class:`RowTensorBoardLogger`).
+
+Logged every step, one row per step: ``train/loss`` (the optimized value),
+``train/loss_per_token``, ``train/batch_tokens``, ``train/batch_utterances``,
+``train/batch_audio_seconds``, ``train/padding_ratio``, ``train/grad_norm`` (before clipping;
+the norm that clipping uses, computed once), ``lr`` (the rate of this step's update) and
+``epoch``. The validation metrics (``valid/loss`` per token, ``valid/wer`` and ``valid/cer``) are
+``self.log``'ged by :class:`~asrflow.train.module.AsrModule` at each validation.
+
+Why not ``self.log`` for the step's row: Lightning's result collection costs ~0.4 ms per value
+and step (7 values, demo model, 2 CPU cores: ~3 ms of a ~80 ms step), and its logger connector
+writes the CSV file at every step; the CSV logger writes its rows every 100 steps (and at each
+validation, checkpoint and the end).
 
 Lightning's ``TensorBoardLogger.log_metrics`` writes one TensorBoard event per value
 (``SummaryWriter.add_scalar``: a ``Summary`` protobuf, an ``Event`` and a trip through the
@@ -15,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from tensorboard.compat.proto.summary_pb2 import Summary
@@ -40,3 +54,32 @@ class RowTensorBoardLogger(TensorBoardLogger):
                 raise ValueError(f"{key}: {value!r} is not a number TensorBoard can log") from exc
         if values:  # the writer add_scalar writes through (reopened if closed)
             self.experiment._get_file_writer().add_summary(Summary(value=values), step)
+
+
+class MetricsRow(Callback):
+    """Logs each training step's row (:class:`~asrflow.train.module.StepRecord`) to every
+    logger at once, at the step Lightning would use; rank 0 only, as Lightning logs."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, float] = {}
+        """The last row logged: the run summary's final train figures."""
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+        record = getattr(pl_module, "step_record", None)
+        if record is None or not trainer.is_global_zero:
+            return
+        row = {
+            "train/loss": record.loss,
+            "train/loss_per_token": record.loss_per_token,
+            "train/batch_tokens": record.num_tokens,
+            "train/batch_utterances": record.num_utterances,
+            "train/batch_audio_seconds": record.audio_seconds,
+            "train/padding_ratio": record.padding_ratio,
+            "lr": record.lr,
+            "train/grad_norm": record.grad_norm,
+            "epoch": trainer.current_epoch,
+        }
+        metrics = {key: float(value) for key, value in row.items() if value is not None}
+        self.last = metrics
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=record.step)

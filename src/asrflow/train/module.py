@@ -12,23 +12,25 @@ Under DDP each rank trains on its shard of the batches and validates its shard o
 validation sums (loss, errors, words) are reduced over the ranks and the dev transcripts gathered,
 so rank 0 logs and writes the metrics of the whole dev set.
 
-Logged every step, as one row per step (:meth:`AsrModule.on_train_batch_end`): ``train/loss``
-(the optimized value), ``train/loss_per_token``, ``train/batch_tokens``,
-``train/batch_utterances``, ``train/batch_audio_seconds``, ``train/padding_ratio``,
-``train/grad_norm`` (before clipping; the norm that clipping uses, computed once), ``lr`` (the
-rate of this step's update) and ``epoch``. At each validation: ``valid/loss`` (per token),
-``valid/wer`` and ``valid/cer`` (greedy CTC, pooled errors over the whole dev set), plus the
-diagnostics of :class:`~asrflow.train.diagnostics.Diagnostics`.
+Each training step leaves its figures in :attr:`AsrModule.step_record` (a :class:`StepRecord`)
+and each validation its transcripts and metrics in :attr:`AsrModule.validation`; the callbacks
+that act on them are the run's, one per concern (assembled by
+:func:`asrflow.train.parts.build_trainer_parts`): the metrics row
+(:class:`~asrflow.train.loggers.MetricsRow`), loss spikes and decoded samples
+(:class:`~asrflow.train.diagnostics.DiagnosticsCallback`), exact resume
+(:class:`~asrflow.train.resume.ExactResume`) and the progress line
+(:class:`~asrflow.train.progress.LineProgress`). The module keeps the step, the gradient
+clipping that measures the step's gradient norm, the optimizer and the validation it owns.
 
-Loss spikes: rank 0 hands each batch's loss to the diagnostics together with each utterance's
-CTC loss per token, read from the training forward itself (:class:`UtteranceLossTap`: no second
-forward, nothing that could change the weights), and checkpoints the spike detector's state.
+Each utterance's CTC loss per token comes from the training forward itself
+(:class:`UtteranceLossTap`: no second forward, nothing that could change the weights).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jiwer
@@ -38,11 +40,10 @@ import torch.distributed as dist
 
 from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder, greedy_ctc
-from asrflow.train.diagnostics import Diagnostics
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.recipe import Recipe
-from asrflow.train.resume import ResumableCSVLogger, SkippingSampler
+from asrflow.train.resume import SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
 from asrflow.train.shards import FILLER, ShardLoader
 
@@ -84,6 +85,28 @@ class UtteranceLossTap:
         return (losses.float() / lengths).tolist()
 
 
+@dataclass
+class StepRecord:
+    """What one training step measured, for the callbacks at its end (rank-local)."""
+
+    step: int
+    """``global_step`` at the step's start: the step loggers write the row at."""
+    loss: torch.Tensor
+    """The optimized loss (detached)."""
+    loss_per_token: float
+    num_tokens: int
+    num_utterances: int
+    audio_seconds: float
+    padding_ratio: float
+    ids: Sequence[str]
+    utterance_losses: list[float] | None
+    """Each utterance's CTC loss per token (:class:`UtteranceLossTap`), or None."""
+    lr: float | None = None
+    """The rate of this step's update (the scheduler steps before the row is logged)."""
+    grad_norm: torch.Tensor | None = None
+    """The total gradient norm before clipping (:meth:`AsrModule.configure_gradient_clipping`)."""
+
+
 class AsrModule(L.LightningModule):
     """Trains ``model`` (an ``ESPnetASRModel``) with the recipe's loss, optimizer and schedule."""
 
@@ -93,7 +116,6 @@ class AsrModule(L.LightningModule):
         recipe: Recipe,
         encoder: TokenEncoder,
         references: Mapping[str, str],
-        diagnostics: Diagnostics | None = None,
         train_sampler: SkippingSampler | ShardLoader | None = None,
     ) -> None:
         super().__init__()
@@ -101,25 +123,19 @@ class AsrModule(L.LightningModule):
         self.recipe = recipe
         self.encoder = encoder
         self.references = dict(references)
-        self.diagnostics = diagnostics
         self._valid = self._empty_valid()
         self.train_sampler = train_sampler
         self.nonfinite = NonFiniteGuard(recipe.diagnostics.max_consecutive_nonfinite)
         self.utterance_losses = UtteranceLossTap(model)
-        self._batches_in_epoch = 0
-        self._resumed_batches = 0
-        self._resync_log_step = False
-        self._train_row: dict[str, Any] | None = None  # this batch's metrics, logged at its end
-        self.last_train_metrics: dict[str, float] = {}
-        """The last row logged (rank 0): the run summary's final train figures."""
+        self.step_record: StepRecord | None = None
+        """The last training step's figures; None after a skipped or filler step."""
         self.step_loss: torch.Tensor | None = None
-        """The loss optimized at the last training step."""
+        """The loss optimized at the last step that trained (what the progress line shows)."""
+        self.validation: tuple[dict[str, str], dict[str, float]] | None = None
+        """The last validation's transcripts of the whole dev set (by utterance) and metrics."""
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
-
-    def _is_rank_zero(self) -> bool:
-        return self._trainer is None or self.trainer.is_global_zero
 
     def setup(self, stage: str) -> None:
         """Check that the train sampler is sharded for this process's rank (the Trainer does
@@ -135,72 +151,6 @@ class AsrModule(L.LightningModule):
                 "train on the same batches; the launcher is not one asrflow supports (use the "
                 "ddp strategy under srun, torchrun or Lightning's own launcher, not ddp_spawn)"
             )
-
-    # --- exact resume: batches of the current epoch already trained on ---------------------
-
-    def on_train_epoch_start(self) -> None:
-        self._batches_in_epoch, self._resumed_batches = self._resumed_batches, 0
-        if isinstance(self.train_sampler, ShardLoader):  # Lightning's hook reaches samplers only
-            self.train_sampler.set_epoch(self.current_epoch)
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        # counted at the start: a checkpoint taken at this batch's end by a callback (whose
-        # on_train_batch_end runs before the module's) must count it as consumed
-        self._batches_in_epoch += 1
-        if self._resync_log_step:
-            self._resync_log_step = False
-            # the step loggers write is Lightning's count of batches that stepped, which equals
-            # global_step at a batch's start; lightning 2.6 restores it one off for checkpoints
-            # taken in an epoch after the first, or where it raised its own SIGTERMException
-            # (measured: a continued run logged one step twice)
-            loop = self.trainer.fit_loop.epoch_loop
-            if loop._batches_that_stepped != self.trainer.global_step:
-                log.info(
-                    "resume: logging step %d, not Lightning's %d",
-                    self.trainer.global_step,
-                    loop._batches_that_stepped,
-                )
-                loop._batches_that_stepped = self.trainer.global_step
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self._trainer is not None:
-            for logger in self.trainer.loggers:  # the rows up to here on disk with the weights
-                logger.save()
-        checkpoint["asrflow_data"] = {
-            "epoch": self.current_epoch,
-            "batches_in_epoch": self._batches_in_epoch,
-            "world_size": self._world_size(),
-        }
-        if self.diagnostics is not None:
-            checkpoint["asrflow_diagnostics"] = self.diagnostics.state_dict()
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint.get("asrflow_data") or {}
-        batches = int(state.get("batches_in_epoch", 0))
-        saved_world, world = int(state.get("world_size", 1)), self._world_size()
-        if saved_world != world:
-            log.warning(
-                "resuming on %d process(es) a run checkpointed on %d: each rank skips %d "
-                "batch(es) of the epoch, an approximation of where it stopped",
-                world,
-                saved_world,
-                batches * saved_world // world,
-            )
-            batches = batches * saved_world // world
-        self._resumed_batches = batches
-        self._resync_log_step = True
-        if self.train_sampler is not None:
-            self.train_sampler.skip = self._resumed_batches
-        if isinstance(self.train_sampler, ShardLoader):  # its first epoch's workers start early
-            self.train_sampler.set_epoch(int(state.get("epoch", 0)))
-        if self.diagnostics is not None:
-            self.diagnostics.load_state_dict(
-                checkpoint.get("asrflow_diagnostics"), int(checkpoint.get("global_step", 0))
-            )
-        if self._trainer is not None:
-            for logger in self.trainer.loggers:
-                if isinstance(logger, ResumableCSVLogger):
-                    logger.resume_at(int(checkpoint.get("global_step", 0)))
 
     # --- training ------------------------------------------------------------------------
 
@@ -230,6 +180,7 @@ class AsrModule(L.LightningModule):
         return loss_utt.sum() * 0.0
 
     def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor | None:
+        self.step_record = None
         self.utterance_losses.take()  # what a validation forward left
         loss_utt, _, _ = self(batch)
         if batch.get(FILLER):  # this rank has run out of shards; another has not
@@ -251,30 +202,23 @@ class AsrModule(L.LightningModule):
             world_size=self._world_size(),
             global_num_tokens=global_tokens if mode == "token" else None,
         )
-        loss_per_token = float(per_token(loss_utt.detach(), num_utts, num_tokens))
-        self.step_loss = loss.detach()  # what LineProgress shows; the loggers get the row below
+        self.step_loss = loss.detach()
         if self._trainer is not None and self.trainer.progress_bar_callback is not None:
             # the live bar reads only what was self.log'ged (~1 ms a step, so only for a bar)
             self.log("train/loss", loss, prog_bar=True, logger=False, batch_size=num_utts)
-        self._train_row = {
-            "step": self.global_step,
-            "train/loss": loss.detach(),
-            "train/loss_per_token": loss_per_token,
-            "train/batch_tokens": float(num_tokens),
-            "train/batch_utterances": float(num_utts),
-            "train/batch_audio_seconds": float(batch["audio_seconds"]),
-            "train/padding_ratio": float(batch["padding_ratio"]),
-        }
-        if self._trainer is not None and self.trainer.optimizers:
-            # the rate of this batch's update (the scheduler steps before the row is logged)
-            self._train_row["lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
-        if self.diagnostics is not None and self._is_rank_zero():  # rank 0 judges spikes
-            self.diagnostics.observe_loss(
-                self.global_step,
-                loss_per_token,
-                batch["ids"],
-                self.utterance_losses.per_token(batch["text_lengths"], num_utts),
-            )
+        optimizers = self.trainer.optimizers if self._trainer is not None else []
+        self.step_record = StepRecord(
+            step=self.global_step,
+            loss=self.step_loss,
+            loss_per_token=float(per_token(loss_utt.detach(), num_utts, num_tokens)),
+            num_tokens=num_tokens,
+            num_utterances=num_utts,
+            audio_seconds=float(batch["audio_seconds"]),
+            padding_ratio=float(batch["padding_ratio"]),
+            ids=batch["ids"],
+            utterance_losses=self.utterance_losses.per_token(batch["text_lengths"], num_utts),
+            lr=optimizers[0].param_groups[0]["lr"] if optimizers else None,
+        )
         return loss
 
     def configure_gradient_clipping(
@@ -284,8 +228,8 @@ class AsrModule(L.LightningModule):
         gradient_clip_algorithm: str | None = None,
     ) -> None:
         """Clip as Lightning would (it calls this after accumulation, every optimizer step), and
-        keep the total gradient norm before clipping for the step's row: by norm, the norm that
-        clipping computes (once; it was computed twice when logged from a hook of its own)."""
+        keep the total gradient norm before clipping in the step's record: by norm, the norm
+        that clipping computes (once; it was computed twice when logged from a hook of its own)."""
         params = [
             p for p in self.trainer.precision_plugin.main_params(optimizer) if p.grad is not None
         ]
@@ -296,25 +240,8 @@ class AsrModule(L.LightningModule):
         else:
             total = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        if self._train_row is not None:
-            self._train_row["train/grad_norm"] = total
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Log the batch's row to every logger at once, at the step Lightning would use.
-
-        Not ``self.log``: Lightning's result collection costs ~0.4 ms per value and step (7
-        values, demo model, 2 CPU cores: ~3 ms of a ~80 ms step), and its logger connector
-        writes the CSV file at every step; the CSV logger writes its rows every 100 steps (and
-        at each validation, checkpoint and the end). Rank 0 only, as Lightning logs."""
-        row, self._train_row = self._train_row, None
-        if row is None or not self._is_rank_zero():
-            return
-        step = int(row.pop("step"))
-        row["epoch"] = self.current_epoch
-        metrics = {key: float(value) for key, value in row.items()}
-        self.last_train_metrics = metrics
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=step)
+        if self.step_record is not None:
+            self.step_record.grad_norm = total
 
     def configure_optimizers(self) -> dict[str, Any]:
         from asrflow.train.recipe import scaled_lr
@@ -325,7 +252,6 @@ class AsrModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": build_scheduler(optimizer, self.recipe)}
 
     # --- validation ----------------------------------------------------------------------
-
     @staticmethod
     def _empty_valid() -> dict[str, Any]:
         return {
@@ -393,9 +319,4 @@ class AsrModule(L.LightningModule):
             "valid/cer": char_errors / max(chars, 1.0),
         }
         self.log_dict(metrics, prog_bar=True, sync_dist=False)
-        if (
-            self.diagnostics is not None
-            and not self.trainer.sanity_checking
-            and self.trainer.is_global_zero
-        ):
-            self.diagnostics.on_validation(self.global_step, hyps, self.references, metrics)
+        self.validation = (hyps, metrics)

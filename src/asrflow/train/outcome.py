@@ -172,7 +172,7 @@ def record_completion(
         world_size=trainer.world_size,
         criteria=best_checkpoints(parts["callbacks"]),
         final_metrics={
-            **parts["module"].last_train_metrics,  # the last step's row
+            **parts["metrics_row"].last,  # the last step's row
             **{k: float(v) for k, v in trainer.callback_metrics.items()},
         },
         loss_spikes=diagnostics.num_spikes,

@@ -54,15 +54,20 @@ def build_trainer_parts(
 ) -> dict[str, Any]:
     """Model, module, data loaders, callbacks and loggers for a run (no training yet).
 
-    The train and dev samplers are sharded for ``rank`` of ``world_size`` processes (the
-    Trainer's ``use_distributed_sampler`` is off: Lhotse's samplers shard by batch)."""
+    ``callbacks``: the metrics row, the diagnostics and exact resume (one callback per concern,
+    :mod:`asrflow.train.module`), then the checkpoints. The train and dev samplers are sharded
+    for ``rank`` of ``world_size`` processes (the Trainer's ``use_distributed_sampler`` is off:
+    Lhotse's samplers shard by batch)."""
     import lightning as L
 
     from asrflow.tokens import TokenEncoder
     from asrflow.train.data import AsrDataset
+    from asrflow.train.diagnostics import DiagnosticsCallback
     from asrflow.train.init import apply_init
+    from asrflow.train.loggers import MetricsRow
     from asrflow.train.model import build_model
     from asrflow.train.module import AsrModule
+    from asrflow.train.resume import ExactResume
     from asrflow.train.vtlp import add_vtlp
 
     L.seed_everything(recipe.trainer.seed, workers=True)
@@ -86,13 +91,22 @@ def build_trainer_parts(
     dev = loaders["dev_cuts"]
     references = {c.id: normalize(text(c), norm) for c in dev}
     diagnostics = _diagnostics(recipe, work, sorted(references), write_spikes=rank == 0)
-    module = AsrModule(model, recipe, encoder, references, diagnostics, loaders["train"].sampler)
+    train_sampler = loaders["train"].sampler
+    module = AsrModule(model, recipe, encoder, references, train_sampler)
+    metrics_row = MetricsRow()
     return {
         "module": module,
         "args": args,
         "train_loader": loaders["train"],
         "dev_loader": loaders["dev"],
-        "callbacks": _checkpoint_callbacks(recipe, work),
+        # one callback per concern; Lightning runs the checkpoint callbacks last
+        "callbacks": [
+            metrics_row,
+            DiagnosticsCallback(diagnostics),
+            ExactResume(train_sampler),
+            *_checkpoint_callbacks(recipe, work),
+        ],
+        "metrics_row": metrics_row,
         "loggers": _loggers(work),
         "diagnostics": diagnostics,
         "num_train_cuts": loaders["num_train_cuts"],

@@ -4,7 +4,9 @@ Lhotse samplers are iterated in the main process (the DataLoader's workers only 
 of a batch), so the order of batches depends only on the sampler's seed and epoch. On resume the
 wrapper replays the epoch's order and drops the batches the interrupted run already trained on,
 so the run continues where it stopped instead of re-reading the same data. No audio is loaded
-while skipping. :class:`ResumableCSVLogger` keeps the interrupted run's metrics rows.
+while skipping. :class:`ExactResume` counts the batches of the epoch, keeps the count in every
+checkpoint (``asrflow_data``) and hands it to the sampler on resume;
+:class:`ResumableCSVLogger` keeps the interrupted run's metrics rows.
 
 Checkpoints are never trusted half-written. Every checkpoint asrflow's training writes
 (:class:`LastCheckpoint`, :class:`AtomicModelCheckpoint`) goes to a temporary name beside the
@@ -27,13 +29,14 @@ from pathlib import Path
 from typing import Any
 from weakref import proxy
 
-from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from asrflow.checkpoints import DamagedCheckpoint, read_training_checkpoint
 from asrflow.io import atomic_output, is_write_failure, write_failed
+from asrflow.train.shards import ShardLoader
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,76 @@ class SkippingSampler:
             except StopIteration:
                 return
             yield batch
+
+
+class ExactResume(Callback):
+    """Resumes a run at the batch of the epoch where it stopped.
+
+    Counts the batches each epoch has handed out (at a batch's start: a checkpoint taken at
+    this batch's end by a callback must count it as consumed), keeps the count, the epoch and
+    the world size in every checkpoint (``asrflow_data``, with the metrics rows flushed to disk
+    beside the weights), and on resume tells ``train_sampler`` (a :class:`SkippingSampler` or a
+    sharded run's :class:`~asrflow.train.shards.ShardLoader`) how many batches to skip."""
+
+    def __init__(self, train_sampler: Any) -> None:
+        self.train_sampler = train_sampler
+        self.batches_in_epoch = 0
+        self.resumed_batches = 0
+        self._resync_log_step = False
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.batches_in_epoch, self.resumed_batches = self.resumed_batches, 0
+        if isinstance(self.train_sampler, ShardLoader):  # Lightning's hook reaches samplers only
+            self.train_sampler.set_epoch(trainer.current_epoch)
+
+    def on_train_batch_start(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        self.batches_in_epoch += 1
+        if self._resync_log_step:
+            self._resync_log_step = False
+            # the step loggers write is Lightning's count of batches that stepped, which equals
+            # global_step at a batch's start; lightning 2.6 restores it one off for checkpoints
+            # taken in an epoch after the first, or where it raised its own SIGTERMException
+            # (measured: a continued run logged one step twice)
+            loop = trainer.fit_loop.epoch_loop
+            if loop._batches_that_stepped != trainer.global_step:
+                log.info(
+                    "resume: logging step %d, not Lightning's %d",
+                    trainer.global_step,
+                    loop._batches_that_stepped,
+                )
+                loop._batches_that_stepped = trainer.global_step
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        for logger in trainer.loggers:  # the rows up to here on disk with the weights
+            logger.save()
+        checkpoint["asrflow_data"] = {
+            "epoch": trainer.current_epoch,
+            "batches_in_epoch": self.batches_in_epoch,
+            "world_size": trainer.world_size,
+        }
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        state = checkpoint.get("asrflow_data") or {}
+        batches = int(state.get("batches_in_epoch", 0))
+        saved_world, world = int(state.get("world_size", 1)), int(trainer.world_size)
+        if saved_world != world:
+            log.warning(
+                "resuming on %d process(es) a run checkpointed on %d: each rank skips %d "
+                "batch(es) of the epoch, an approximation of where it stopped",
+                world,
+                saved_world,
+                batches * saved_world // world,
+            )
+            batches = batches * saved_world // world
+        self.resumed_batches = batches
+        self._resync_log_step = True
+        if self.train_sampler is not None:
+            self.train_sampler.skip = batches
+        if isinstance(self.train_sampler, ShardLoader):  # its first epoch's workers start early
+            self.train_sampler.set_epoch(int(state.get("epoch", 0)))
+        for logger in trainer.loggers:
+            if isinstance(logger, ResumableCSVLogger):
+                logger.resume_at(int(checkpoint.get("global_step", 0)))
 
 
 class ResumableCSVLogger(CSVLogger):
