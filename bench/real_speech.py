@@ -323,6 +323,31 @@ def fold_means(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def seed_spread(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per fold with more than one seed replica: the held-out speaker's mean WER over them, its
+    standard deviation and range.
+
+    >>> seed_spread([{"fold": "a", "test": {"wer": 0.2}}, {"fold": "a", "test": {"wer": 0.3}},
+    ...              {"fold": "b", "test": {"wer": 0.1}}])
+    {'a': {'seeds': 2, 'mean': 0.25, 'sd': 0.070711, 'min': 0.2, 'max': 0.3}}
+    """
+    by_fold: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("test"):
+            by_fold.setdefault(r["fold"], []).append(r["test"]["wer"])
+    return {
+        fold: {
+            "seeds": len(wers),
+            "mean": round(statistics.fmean(wers), 6),
+            "sd": round(statistics.stdev(wers), 6),
+            "min": min(wers),
+            "max": max(wers),
+        }
+        for fold, wers in by_fold.items()
+        if len(wers) > 1
+    }
+
+
 # --- the table -----------------------------------------------------------------------------
 
 
@@ -366,11 +391,20 @@ def markdown(result: dict[str, Any]) -> str:
     def pct(v: float | None) -> str:
         return "n/a" if v is None else f"{100 * v:.2f} %"
 
+    spread = seed_spread(result["rows"])
+    replicas = " (seed replicas of a fold averaged first)" if spread else ""
     lines += [
         "",
-        f"Mean over {mean['folds']} fold(s) of the selected artifact: dev {pct(mean['dev_wer'])}, "
-        f"held-out speaker {pct(mean['test_wer'])}.",
+        f"Mean over {mean['folds']} fold(s) of the selected artifact{replicas}: dev "
+        f"{pct(mean['dev_wer'])}, held-out speaker {pct(mean['test_wer'])}.",
     ]
+    if spread:
+        cells = [
+            f"{fold} {pct(x['mean'])} (sd {100 * x['sd']:.2f}, {pct(x['min'])} to "
+            f"{pct(x['max'])}, {x['seeds']} seeds)"
+            for fold, x in spread.items()
+        ]
+        lines += ["", "Held-out speaker WER over seeds, per fold: " + "; ".join(cells) + "."]
     if result.get("notes"):  # what the run's conditions were, added by whoever kept the file
         lines += ["", str(result["notes"])]
     return "\n".join(lines)
