@@ -485,3 +485,29 @@ def test_the_heavy_benchmarks_write_their_rows_with_the_run_in_them(
     sctk.write_json([pair, pair], "0.1 0.1 0.1", {"seeds": 1}, ["a note"])
     data = figures_file(tmp_path, "sctk_crosscheck", docs_columns("sctk_crosscheck.json"), 2)
     assert data["rows"][0]["verdict"] == "significant for both"
+
+
+def test_recipe_compare_sets_the_shipped_run_against_auto_and_reads_the_replica_table(
+    tmp_path: Path,
+) -> None:
+    bench = load_bench(REPO / "bench/recipe_compare.py")
+    config = bench.project_config([0, 1])
+    assert list(config["runs"]) == ["demo_ctc", "demo_auto"]
+    assert config["runs"]["demo_ctc"]["recipe"] == "demo_conformer"
+    assert config["runs"]["demo_ctc"]["seeds"] == config["runs"]["demo_auto"]["seeds"] == [0, 1]
+    assert set(config["runs"]["demo_auto"]) == {"corpora", "resources", "seeds"}  # auto's all
+    header = (
+        "run,eval_set,replicas,seeds,selected,wer_mean,wer_mean_ci_low,wer_mean_ci_high,wer_sd,"
+        "wer_min,wer_max,baseline_run,wer_diff_vs_baseline,wer_diff_vs_baseline_ci_low,"
+        "wer_diff_vs_baseline_ci_high,missing"
+    )
+    (tmp_path / "replicas.csv").write_text(
+        header + "\n"
+        'demo_ctc,demo.test,2,"0, 1",last x2,0.15,0.12,0.18,0.01,0.14,0.16,demo_ctc,,,,\n'
+        "demo_auto,demo.test,1,1,last x1,0.2,0.17,0.23,,0.2,0.2,demo_ctc,0.05,0.01,0.09,seed0\n"
+    )
+    rows = bench.rows_of(tmp_path / "replicas.csv", {"demo_ctc": "demo_conformer"})
+    assert rows[0]["wer"] == "15.00 % [12.00, 18.00]" and rows[0]["diff"] == "-"
+    assert rows[0]["spread"] == "1.00 (14.00 %-16.00 %)"
+    assert rows[1]["recipe"] == "?" and rows[1]["spread"] == "n/a (20.00 %-20.00 %)"
+    assert rows[1]["diff"] == "+5.00 [1.00, 9.00]"

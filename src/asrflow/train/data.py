@@ -30,11 +30,13 @@ from lhotse.dataset import DynamicBucketingSampler
 from lhotse.dataset.collation import collate_vectors, read_audio_from_cuts
 from torch.utils.data import DataLoader
 
-from asrflow.data.cuts import origin, text
+from asrflow.data.cuts import load_cuts, origin, text
 from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batching import Batching
+from asrflow.train.recipe import Recipe
 from asrflow.train.sorted_batches import SortedBatchSampler
+from asrflow.train.spec import RunSpec
 from asrflow.train.workers import worker_loader
 from asrflow.types import Hz
 
@@ -404,3 +406,29 @@ def speed_perturb(cuts: CutSet, factors: Sequence[float]) -> CutSet:
         raise AsrflowError(f"speed_perturb: factors {list(factors)} repeat one; give each once")
     copies = [cuts if f == 1.0 else cuts.perturb_speed(f, affix_id=True) for f in factors]
     return CutSet.from_cuts(cut for copy in copies for cut in copy)
+
+
+# --- a run's train cuts ------------------------------------------------------------------
+
+
+def train_corpora(spec: RunSpec) -> list[Any]:
+    """The run's train CutSets, one per corpus (eager; ``max_train_cuts`` applied)."""
+    sets = [load_cuts(p) for p in spec.train_cuts]
+    if spec.max_train_cuts is not None:
+        sets = [s.subset(first=min(spec.max_train_cuts, len(s))) for s in sets]
+    return [s.to_eager() for s in sets]
+
+
+def epoch_train_cuts(spec: RunSpec, recipe: Recipe, sets: Sequence[Any], epoch: int) -> Any:
+    """Epoch ``epoch``'s train cuts as the run's sampler sees them: the corpora mixed by
+    ``weights``, then speed-perturbed."""
+    if len(sets) == 1:
+        cuts = sets[0]
+    else:
+        cuts = mix_epoch(sets, spec.train_weights, epoch, seed=recipe.batching.seed)
+    return speed_perturb(cuts, recipe.augmentation.speed_perturb)
+
+
+def load_train_cuts(spec: RunSpec, recipe: Recipe) -> Any:
+    """The first epoch's train cuts (what the batch audit samples)."""
+    return epoch_train_cuts(spec, recipe, train_corpora(spec), 0)

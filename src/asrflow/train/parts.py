@@ -1,8 +1,8 @@
 """What a run's Trainer is given: model, Lightning module, loaders, callbacks and loggers.
 
 :func:`build_trainer_parts` builds them for one rank from the run's spec and recipe (no training
-yet); :func:`load_train_cuts` is the first epoch's train cuts as the sampler sees them, which the
-batch audit samples too. :mod:`asrflow.train.runner` hands the parts to ``lightning.Trainer``.
+yet); :mod:`asrflow.train.runner` hands the parts to ``lightning.Trainer``. The train cuts
+themselves (what the batch audit samples too) come from :mod:`asrflow.train.data`.
 """
 
 from __future__ import annotations
@@ -12,41 +12,41 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
+from lhotse.dataset import SimpleCutSampler
 
 from asrflow.artifacts import CHECKPOINTS, checkpoint_pattern
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.cuts import load_cuts, text
 from asrflow.export.find import model_sample_rate
 from asrflow.text import TextNormalization, normalize
+from asrflow.tokens import TokenEncoder
+from asrflow.train.data import (
+    AsrDataset,
+    EpochMixSampler,
+    batch_loader,
+    epoch_train_cuts,
+    make_sampler,
+    train_corpora,
+)
+from asrflow.train.diagnostics import Diagnostics, DiagnosticsCallback
+from asrflow.train.init import apply_init
+from asrflow.train.loggers import MetricsRow, RowTensorBoardLogger
+from asrflow.train.model import build_model
+from asrflow.train.module import AsrModule
 from asrflow.train.recipe import Recipe
+from asrflow.train.resume import (
+    AtomicModelCheckpoint,
+    ExactResume,
+    LastCheckpoint,
+    ResumableCSVLogger,
+    SkippingSampler,
+)
 from asrflow.train.sections import warmup_steps
+from asrflow.train.shards import ShardBatches, ShardLoader, run_shards
 from asrflow.train.spec import RunSpec
-
-
-def train_corpora(spec: RunSpec) -> list[Any]:
-    """The run's train CutSets, one per corpus (eager; ``max_train_cuts`` applied)."""
-    sets = [load_cuts(p) for p in spec.train_cuts]
-    if spec.max_train_cuts is not None:
-        sets = [s.subset(first=min(spec.max_train_cuts, len(s))) for s in sets]
-    return [s.to_eager() for s in sets]
-
-
-def epoch_train_cuts(spec: RunSpec, recipe: Recipe, sets: Sequence[Any], epoch: int) -> Any:
-    """Epoch ``epoch``'s train cuts as the run's sampler sees them: the corpora mixed by
-    ``weights``, then speed-perturbed."""
-    from asrflow.train.data import mix_epoch, speed_perturb
-
-    if len(sets) == 1:
-        cuts = sets[0]
-    else:
-        cuts = mix_epoch(sets, spec.train_weights, epoch, seed=recipe.batching.seed)
-    return speed_perturb(cuts, recipe.augmentation.speed_perturb)
-
-
-def load_train_cuts(spec: RunSpec, recipe: Recipe) -> Any:
-    """The first epoch's train cuts (what the batch audit samples)."""
-    return epoch_train_cuts(spec, recipe, train_corpora(spec), 0)
+from asrflow.train.vtlp import add_vtlp
 
 
 def build_trainer_parts(
@@ -58,18 +58,6 @@ def build_trainer_parts(
     :mod:`asrflow.train.module`), then the checkpoints. The train and dev samplers are sharded
     for ``rank`` of ``world_size`` processes (the Trainer's ``use_distributed_sampler`` is off:
     Lhotse's samplers shard by batch)."""
-    import lightning as L
-
-    from asrflow.tokens import TokenEncoder
-    from asrflow.train.data import AsrDataset
-    from asrflow.train.diagnostics import DiagnosticsCallback
-    from asrflow.train.init import apply_init
-    from asrflow.train.loggers import MetricsRow
-    from asrflow.train.model import build_model
-    from asrflow.train.module import AsrModule
-    from asrflow.train.resume import ExactResume
-    from asrflow.train.vtlp import add_vtlp
-
     L.seed_everything(recipe.trainer.seed, workers=True)
     if recipe.trainer.allow_tf32 and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -122,11 +110,6 @@ def _loaders(
     :class:`~asrflow.train.data.AsrDataset`); the train sampler can skip the batches a resumed
     run already saw (:class:`~asrflow.train.resume.SkippingSampler`, or the
     :class:`~asrflow.train.shards.ShardLoader` of a sharded run, which is its own sampler)."""
-    from lhotse.dataset import SimpleCutSampler
-
-    from asrflow.train.data import EpochMixSampler, batch_loader, make_sampler
-    from asrflow.train.resume import SkippingSampler
-
     sets = train_corpora(spec)
     if spec.train_shards:
         train = epoch_train_cuts(spec, recipe, sets, 0)
@@ -165,9 +148,6 @@ def _shard_loader(
 ) -> Any:
     """The train loader of a run whose corpora are sharded (:mod:`asrflow.train.shards`);
     ``train``: the first epoch's cuts as metadata, for the bucket edges."""
-    from asrflow.train.data import make_sampler
-    from asrflow.train.shards import ShardBatches, ShardLoader, run_shards
-
     corpora, weights = run_shards(spec)
     bins = make_sampler(train, recipe.batching, world_size=1, rank=0).duration_bins
     batches = ShardBatches(
@@ -186,8 +166,6 @@ def _shard_loader(
 
 
 def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spikes: bool) -> Any:
-    from asrflow.train.diagnostics import Diagnostics
-
     settings = recipe.diagnostics
     return Diagnostics(
         work / "diagnostics",
@@ -205,8 +183,6 @@ def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spike
 
 def _checkpoint_callbacks(recipe: Recipe, work: Path) -> list[Any]:
     """Top-k checkpoints per criterion, then ``last.ckpt`` (the module logs the learning rate)."""
-    from asrflow.train.resume import AtomicModelCheckpoint, LastCheckpoint
-
     ckpt_dir = work / CHECKPOINTS
     callbacks: list[Any] = [
         AtomicModelCheckpoint(
@@ -224,9 +200,6 @@ def _checkpoint_callbacks(recipe: Recipe, work: Path) -> list[Any]:
 
 
 def _loggers(work: Path) -> list[Any]:
-    from asrflow.train.loggers import RowTensorBoardLogger
-    from asrflow.train.resume import ResumableCSVLogger
-
     resuming = (work / CHECKPOINTS / LAST).is_file()
     return [
         ResumableCSVLogger(work, name="csv", version="", resuming=resuming),

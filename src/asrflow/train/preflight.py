@@ -21,7 +21,7 @@ from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
 from asrflow.io import write_json
 from asrflow.text import TextNormalization
-from asrflow.train.parts import load_train_cuts
+from asrflow.train.data import load_train_cuts
 from asrflow.train.recipe import AUDIT_SECTIONS, recipe_sections
 from asrflow.train.runner import train_run
 from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data
