@@ -11,20 +11,26 @@ import dataclasses
 import json
 import logging
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
-from asrflow.data.cuts import load_cuts, text
+from asrflow.data.cuts import load_cuts, save_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
+from asrflow.export.package import export_package, load_speech2text
 from asrflow.io import write_json
 from asrflow.text import TextNormalization
+from asrflow.tokens import TokenEncoder
+from asrflow.train.audit import audit_batches
 from asrflow.train.data import load_train_cuts
 from asrflow.train.recipe import AUDIT_SECTIONS, recipe_sections
 from asrflow.train.runner import train_run
+from asrflow.train.shards import ShardBatches, run_shards
 from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data
+from asrflow.train.unk import check_unk, count_unk, target_characters
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -32,10 +38,6 @@ log = logging.getLogger(__name__)
 
 def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
     """The batch audit of a run: its recipe's sampler over its train cuts, no model, no audio."""
-    import tempfile
-
-    from asrflow.data.cuts import save_cuts
-    from asrflow.train.audit import audit_batches
 
     recipe = recipe_sections(spec_recipe_data(spec), AUDIT_SECTIONS)
     with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
@@ -64,8 +66,6 @@ def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pat
 def _shard_batches(spec: RunSpec, recipe: Any) -> Any:
     """``shard_batches`` of the batch audit for a sharded run: one process reading every shard
     with the recipe's loader workers (the cut files only)."""
-    from asrflow.train.shards import ShardBatches, run_shards
-
     corpora, weights = run_shards(spec)
     speed = recipe.augmentation.speed_perturb
 
@@ -83,8 +83,6 @@ def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict
     """Train a few steps on a handful of utterances, validate, export the last checkpoint as a
     package and decode dev audio with ESPnet's ``Speech2Text`` from it: a manifest, tokenizer,
     model or export mismatch fails here in a minute. Starts from scratch every time."""
-    from asrflow.export.package import export_package, load_speech2text
-
     work = Path(work_dir)
     if work.exists():
         shutil.rmtree(work)
@@ -125,9 +123,6 @@ def check_targets(spec: RunSpec) -> dict[str, Any]:
     """``<unk>`` among all of a run's train and dev targets (:mod:`asrflow.train.unk`), before
     the smoke run trains: raises above the recipe's ``diagnostics.max_unk_share``, logs a
     warning below it. Returns the summary's ``unk_tokens`` (per split) and ``warnings``."""
-    from asrflow.tokens import TokenEncoder
-    from asrflow.train.unk import check_unk, count_unk, target_characters
-
     limit = spec_recipe(spec).diagnostics.max_unk_share
     normalization = TextNormalization.from_dict(spec.normalization)
     encoder = TokenEncoder(spec.bpe_model, spec.tokens, normalization)

@@ -35,7 +35,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.plugins.environments import LightningEnvironment, SLURMEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
@@ -46,9 +49,12 @@ from asrflow.ranks import launched_rank
 from asrflow.recipe.rules import RULES_VERSION
 from asrflow.text import TextNormalization
 from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
+from asrflow.train.failures import PreemptionCheckpoint, RankFailures, TrainingPreempted
 from asrflow.train.outcome import record_completion, record_failure, record_preemption
 from asrflow.train.parts import build_trainer_parts
+from asrflow.train.progress import progress_settings
 from asrflow.train.recipe import Recipe, effective_batch_seconds, update_budget
+from asrflow.train.resume import resume_checkpoint
 from asrflow.train.spec import RunSpec, spec_recipe
 from asrflow.train.trainer import trainer_kwargs
 from asrflow.train.workdir import claim_work_dir, run_identity
@@ -141,13 +147,9 @@ def _environment_plugins(cluster: ClusterInfo, kwargs: dict[str, Any]) -> None:
     if cluster.world_size > 1:
         kwargs.setdefault("strategy", "ddp")
     if cluster.environment == "slurm":
-        from lightning.pytorch.plugins.environments import SLURMEnvironment
-
         # Snakemake retries failed jobs: no `scontrol requeue` behind its back on SIGUSR1
         kwargs.setdefault("plugins", [SLURMEnvironment(auto_requeue=False)])
     elif cluster.environment == "lightning":
-        from lightning.pytorch.plugins.environments import LightningEnvironment
-
         # Lightning would pick SLURMEnvironment in any SLURM job and take one task's rank:
         # inside a one-task job its own launcher starts the ranks, which read LOCAL_RANK as
         # detect_cluster (and so the sampler's shard) did
@@ -200,10 +202,6 @@ def train_run(
     among its ranks; ``None`` leaves torch's threads as they are. ``trainer_overrides`` go to
     ``lightning.Trainer`` over the recipe's settings.
     """
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from asrflow.train.failures import PreemptionCheckpoint, RankFailures, TrainingPreempted
-    from asrflow.train.resume import resume_checkpoint
 
     work, out = Path(work_dir), Path(out_dir)
     paths = (work, out, summary_path)
@@ -260,9 +258,6 @@ def train_run(
 def _trainer(work: Path, parts: dict[str, Any], callbacks: list[Any], kwargs: dict) -> Any:
     """The ``lightning.Trainer`` of a run: ``kwargs`` (the recipe's settings and the caller's
     overrides) over the settings every run shares."""
-    import lightning as L
-
-    from asrflow.train.progress import progress_settings
 
     # a live bar on a terminal; in a log file (SLURM, CI, a redirect) a line every minute
     progress_bar, progress = progress_settings()
