@@ -320,6 +320,7 @@ def format_summary(report: Mapping[str, Any]) -> str:
 
 def plot_png(batches: Sequence[BatchStats], report: Mapping[str, Any]) -> bytes:
     """Two histograms (tokens per batch, padding ratio) as PNG bytes, reproducibly."""
+    # matplotlib only for the plot, not for the audit's figures
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

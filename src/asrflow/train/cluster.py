@@ -41,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
 from asrflow.errors import AsrflowError
 from asrflow.ranks import env_int
 
@@ -256,8 +258,6 @@ def cpu_fallback(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]
     GPU GRES sets ``CUDA_VISIBLE_DEVICES`` although there is no GPU; Lightning would stop with
     "No supported gpu backend found!".
     """
-    import torch
-
     out = dict(kwargs)
     if str(out.get("accelerator", "auto")) not in GPU_ACCELERATORS or torch.cuda.is_available():
         return out, None

@@ -236,11 +236,11 @@ class RankFailures(L.Callback):
         self._thread: threading.Thread | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        import torch.distributed as dist
+        import torch.distributed as dist  # torch only for a DDP job's ranks
 
         if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
             return
-        from torch.distributed.distributed_c10d import _get_default_store
+        from torch.distributed.distributed_c10d import _get_default_store  # private, DDP only
 
         # a key of its own per fit: a failure posted in an earlier fit of this process (a run
         # that resumes in the same processes) stays in the store
@@ -290,7 +290,7 @@ class RankFailures(L.Callback):
             except Exception:
                 pass
             if self.backend == "nccl":  # a blocked NCCL collective waits for its timeout
-                from torch.distributed.distributed_c10d import _abort_process_group
+                from torch.distributed.distributed_c10d import _abort_process_group  # private
 
                 _abort_process_group()
             return

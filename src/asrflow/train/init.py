@@ -18,8 +18,7 @@ by the patterns. ESPnet's own loader uses ``strict=False`` and silently ignores 
 match (a ``model.`` prefix left over from Lightning loads nothing and decodes garbage), so after
 loading, every chosen tensor is compared with its source.
 
-The model's files are found by :mod:`asrflow.export.find` (torch-free, for the DAG); this module
-imports torch lazily, to load them.
+The model's files are found by :mod:`asrflow.export.find` (torch-free, for the DAG).
 """
 
 from __future__ import annotations
@@ -30,7 +29,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from asrflow.checkpoints import load_model_state
 from asrflow.errors import AsrflowError
@@ -45,9 +46,6 @@ from asrflow.export.find import (
 from asrflow.hashing import sha256_file
 from asrflow.train.adapters import trainable
 from asrflow.types import Pathlike
-
-if TYPE_CHECKING:
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -362,8 +360,6 @@ def _load_selected(
 ) -> dict[str, Any]:
     """Load the ``selected`` tensors of ``state`` into ``model``, check that each arrived, and
     return the model's state dict after loading."""
-    import torch
-
     chosen = {k: state[k] for k in selected}
     result = model.load_state_dict(chosen, strict=False)
     if result.unexpected_keys:  # checked above; here for safety

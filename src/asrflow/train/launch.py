@@ -280,6 +280,7 @@ def _waiting_through_sigterm(name: str) -> Iterator[list[int]]:
 def worker(job_path: Pathlike, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One rank of an srun launch: logging to its own file, then
     :func:`~asrflow.train.runner.train_run`."""
+    # the training stack, in the rank process only: never while the DAG is built
     from asrflow.ranks import launched_rank
     from asrflow.train.runner import train_run
     from asrflow.workflow import LOG_FORMAT, rank_log

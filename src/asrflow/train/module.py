@@ -42,7 +42,7 @@ from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
-from asrflow.train.recipe import Recipe
+from asrflow.train.recipe import Recipe, scaled_lr
 from asrflow.train.resume import SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
 from asrflow.train.shards import FILLER, ShardLoader
@@ -244,8 +244,6 @@ class AsrModule(L.LightningModule):
             self.step_record.grad_norm = total
 
     def configure_optimizers(self) -> dict[str, Any]:
-        from asrflow.train.recipe import scaled_lr
-
         # the parameters init.freeze froze keep their values and get no optimizer state
         trainable = [p for p in self.parameters() if p.requires_grad]
         optimizer = build_optimizer(trainable, self.recipe.optim, scaled_lr(self.recipe))

@@ -17,6 +17,7 @@ from typing import Any
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json
+from asrflow.train.failures import OUT_OF_MEMORY, result_failure
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -86,8 +87,6 @@ def record_failure(
     (:class:`~asrflow.train.failures.RankFailures`) is the one recorded: this rank's exception
     is its consequence.
     """
-    from asrflow.train.failures import OUT_OF_MEMORY, result_failure
-
     work, out, summary_path = paths
     failure, error, failed_rank = result_failure(exc), f"{type(exc).__name__}: {exc}", rank
     remote = rank_failures.remote()

@@ -49,9 +49,10 @@ from lhotse.lazy import LazyFlattener, LazyMapper
 from lhotse.shar.readers.lazy import LazySharIterator
 from torch.utils.data import IterableDataset, get_worker_info
 
+from asrflow.data.shards import shard_fields
 from asrflow.errors import AsrflowError
 from asrflow.train.batching import Batching
-from asrflow.train.data import EAGER_WARNING, AsrDataset
+from asrflow.train.data import EAGER_WARNING, AsrDataset, pass_order
 from asrflow.train.spec import RunSpec
 from asrflow.train.workers import worker_loader
 
@@ -83,8 +84,6 @@ def mix_shards(
     second, third... occurrence in the epoch carries ``repeat`` 1, 2...: its cut IDs get
     ``_rep<k>`` appended when read, so IDs stay unique (as mix_epoch does).
     """
-    from asrflow.train.data import pass_order
-
     if len(corpora) != len(weights):
         raise AsrflowError(
             f"mix: {len(corpora)} sharded corpora but {len(weights)} weights; give one weight "
@@ -118,8 +117,6 @@ def mix_shards(
 def run_shards(spec: RunSpec) -> tuple[list[list[dict[str, Any]]], list[float] | None]:
     """A sharded run's corpora as :class:`ShardBatches` takes them, and the weights that mix
     them (None for one corpus, as :func:`asrflow.train.data.mix_epoch` is not used then)."""
-    from asrflow.data.shards import shard_fields
-
     if len(spec.train_shards) != len(spec.train_cuts):
         raise AsrflowError(
             f"run {spec.name}: {len(spec.train_shards)} of its {len(spec.train_cuts)} train "

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from lhotse import CutSet
+from lhotse.dataset.sampling.base import CutSampler
 
 from asrflow.train.batching import Batching
 from asrflow.types import Seconds
@@ -79,8 +80,6 @@ class SortedBatchSampler:
         world_size: int | None = None,
         rank: int | None = None,
     ) -> None:
-        from lhotse.dataset.sampling.base import CutSampler
-
         # Lhotse's own rule (arguments, then WORLD_SIZE/RANK, then torch.distributed), so that
         # both samplers shard alike; it sets self.world_size and self.rank
         CutSampler._maybe_init_distributed(self, world_size, rank)  # type: ignore[arg-type]

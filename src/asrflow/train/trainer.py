@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
+
 from asrflow.train.recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -21,7 +23,6 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     """
     if precision != "auto":
         return precision
-    import torch
 
     if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
         if torch.cuda.is_bf16_supported():

@@ -54,7 +54,7 @@ def _breakpoints(alpha: float, nyquist: float, boundary: float) -> tuple[list, l
 def mel_centres(n_mels: int, fmin: float, fmax: float, htk: bool = False) -> np.ndarray:
     """Centre frequencies (Hz) of the mel filters of ESPnet's ``LogMel`` (librosa's mel scale,
     Slaney's unless ``htk``)."""
-    import librosa
+    import librosa  # only a run with augmentation.vtlp needs it
 
     return librosa.mel_frequencies(n_mels=n_mels + 2, fmin=fmin, fmax=fmax, htk=htk)[1:-1]
 
