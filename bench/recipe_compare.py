@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ sys.path.insert(0, str(HERE))
 from figures import figures_json, load, settings_of, write_figures  # noqa: E402
 from real_speech import place_recipe, run_snakemake  # noqa: E402
 
-from asrflow.io import write_text  # noqa: E402
+from asrflow.io import read_json, write_text  # noqa: E402
+from asrflow.replicas import replica_name  # noqa: E402
 
 AUTO_RUN = "demo_auto"
 REPLICAS = Path("results/report/replicas.csv")
@@ -47,6 +49,8 @@ COLUMNS = [
     ("spread", "sd (min-max) over seeds"),
     ("diff", "vs the first run [95 % CI]"),
     ("selected", "selected"),
+    ("steps", "steps"),
+    ("train_min", "train min (wall, mean)"),
 ]
 
 
@@ -73,10 +77,27 @@ def _interval(low: str, high: str) -> str:
     return f" [{100 * float(low):.2f}, {100 * float(high):.2f}]"
 
 
+def training(work: Path, run: str, seeds: list[int]) -> dict[str, str]:
+    """The steps and mean wall minutes of a run's replicas' train jobs (their summaries)."""
+    summaries = [
+        read_json(path)
+        for seed in seeds
+        if (
+            path := work / "results/runs" / replica_name(run, seed) / "train/summary.json"
+        ).is_file()
+    ]
+    walls = [s["wall_seconds"] for s in summaries if s.get("wall_seconds") is not None]
+    steps = sorted({str(s.get("steps")) for s in summaries})
+    return {
+        "steps": ", ".join(steps) or "n/a",
+        "train_min": f"{statistics.fmean(walls) / 60:.1f}" if walls else "n/a",
+    }
+
+
 def rows_of(replicas_csv: Path, recipes: dict[str, str]) -> list[dict[str, str]]:
     """The table's rows from a project's ``replicas.csv`` (``recipes``: run -> recipe)."""
     with open(replicas_csv, newline="", encoding="utf-8") as f:
-        table = list(csv.DictReader(f))
+        table = sorted(csv.DictReader(f), key=lambda r: r["run"] != r["baseline_run"])
     rows = []
     for r in table:
         diff = r.get("wer_diff_vs_baseline", "")
@@ -89,7 +110,7 @@ def rows_of(replicas_csv: Path, recipes: dict[str, str]) -> list[dict[str, str]]
                 "wer": _pct(r["wer_mean"]) + _interval(r["wer_mean_ci_low"], r["wer_mean_ci_high"]),
                 "spread": f"{_points(r['wer_sd'])} ({_pct(r['wer_min'])}-{_pct(r['wer_max'])})",
                 "diff": "-"
-                if diff == ""
+                if diff == "" or r["run"] == r["baseline_run"]
                 else f"{100 * float(diff):+.2f}"
                 + _interval(r["wer_diff_vs_baseline_ci_low"], r["wer_diff_vs_baseline_ci_high"]),
                 "selected": r["selected"],
@@ -126,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no {REPLICAS} in {work}: the workflow did not finish", file=sys.stderr)
         return rc or 1
     recipes = {base: base_run["recipe"], AUTO_RUN: "auto"}
-    rows = rows_of(work / REPLICAS, recipes)
+    rows = [
+        {**row, **training(work, row["run"], args.seeds)}
+        for row in rows_of(work / REPLICAS, recipes)
+    ]
     notes = [
         f"Both runs: the demo corpus, {len(args.seeds)} seed replicas each, the config's "
         "decoding; each replica's artifact selected on dev. Intervals: utterances and seeds "

@@ -12,7 +12,7 @@ from asrflow.errors import AsrflowError
 from asrflow.params import canonical
 from asrflow.lineage import with_init_runs
 from asrflow.replicas import expand_replicas, replica_runs
-from asrflow.settings import config_error_message
+from asrflow.settings import config_error_message, with_first_run_as_baseline
 from asrflow.train.recipe import AUDIT_SECTIONS
 from asrflow.recipe.rules import RULES_VERSION
 from asrflow.train.launch import train_resources
@@ -28,6 +28,8 @@ try:
     # (before replicas are expanded: the schema has no place for replica_of)
     config.update(layout.with_default_tokenizers(config))
     validate(config, "../config/config.schema.yaml")
+    # the report's baseline by default: the first run as written (the keys are sorted below)
+    config.update(with_first_run_as_baseline(config))
     # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
     config.update(expand_replicas(config))
     # init: {run: <parent>} starts from the parent's selected package (asrflow.lineage)

@@ -503,10 +503,11 @@ def test_recipe_compare_sets_the_shipped_run_against_auto_and_reads_the_replica_
     )
     (tmp_path / "replicas.csv").write_text(
         header + "\n"
-        'demo_ctc,demo.test,2,"0, 1",last x2,0.15,0.12,0.18,0.01,0.14,0.16,demo_ctc,,,,\n'
         "demo_auto,demo.test,1,1,last x1,0.2,0.17,0.23,,0.2,0.2,demo_ctc,0.05,0.01,0.09,seed0\n"
+        'demo_ctc,demo.test,2,"0, 1",last x2,0.15,0.12,0.18,0.01,0.14,0.16,demo_ctc,0.0,0.0,0.0,\n'
     )
     rows = bench.rows_of(tmp_path / "replicas.csv", {"demo_ctc": "demo_conformer"})
+    assert [r["run"] for r in rows] == ["demo_ctc", "demo_auto"]  # the baseline first
     assert rows[0]["wer"] == "15.00 % [12.00, 18.00]" and rows[0]["diff"] == "-"
     assert rows[0]["spread"] == "1.00 (14.00 %-16.00 %)"
     assert rows[1]["recipe"] == "?" and rows[1]["spread"] == "n/a (20.00 %-20.00 %)"

@@ -168,3 +168,23 @@ def test_the_scan_sees_a_copied_default():
     source = 'res = r.get("resources", {})\nn = int(res.get( "devices" , 0))\nr.get("init")\n'
     assert copied_defaults(source, keys) == ['.get("resources", {})', '.get( "devices" , 0)']
     assert copied_defaults('overrides.get("trainer", {})', keys) == []
+
+
+def test_the_default_baseline_is_the_first_run_as_written_not_the_first_sorted():
+    """The workflow sorts the config's keys (rules/common.smk); the report's default baseline
+    must still be the first run of the file."""
+    from asrflow.replicas import expand_replicas
+    from asrflow.settings import with_first_run_as_baseline
+
+    config = with_defaults(
+        {
+            "corpora": {"c": {"source": "synthetic"}},
+            "runs": {"zeta": {"corpora": ["c"], "seeds": [3, 4]}, "alpha": {"corpora": ["c"]}},
+        }
+    )
+    assert config["report"]["baseline_run"] is None  # the schema's default
+    config.update(with_first_run_as_baseline(config))
+    assert config["report"]["baseline_run"] == "zeta"
+    assert expand_replicas(config)["report"]["baseline_run"] == "zeta-seed3"
+    named = {**config, "report": {**config["report"], "baseline_run": "alpha"}}
+    assert with_first_run_as_baseline(named) == {}

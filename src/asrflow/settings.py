@@ -81,6 +81,21 @@ def with_defaults(
     return filled
 
 
+def with_first_run_as_baseline(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"report": ...}`` of a validated config with ``baseline_run`` set to the first run in
+    config order when it is null (the schema's "the first configured run"); ``{}`` when it names
+    a run already or there is none. Called before the workflow sorts the config's keys
+    (``rules/common.smk``), which would otherwise make the alphabetically first run the baseline.
+
+    >>> with_first_run_as_baseline({"runs": {"b": {}, "a": {}}, "report": {"baseline_run": None}})
+    {'report': {'baseline_run': 'b'}}
+    """
+    report = dict(config.get("report") or {})
+    if report.get("baseline_run") is not None or not config.get("runs"):
+        return {}
+    return {"report": {**report, "baseline_run": next(iter(config["runs"]))}}
+
+
 def known_settings(cls: type, d: Mapping[str, Any] | None, section: str) -> dict[str, Any]:
     """A copy of ``d``; an unknown key is an :class:`AsrflowError` naming ``section``.
 
