@@ -586,25 +586,52 @@ def test_a_new_run_on_a_trained_corpus_reruns_none_of_the_jobs_before_it(trained
         assert {j.split("[")[0] for j in jobs - new} <= {"report", "plot_differences"}, jobs
 
 
-def test_a_child_run_fine_tunes_its_parents_selected_model_and_follows_it(trained, tmp_path):
-    """Issue 32: `init: {run: tiny_ctc}` starts from the package tiny_ctc's selection chose (a DAG
-    edge through rule publish_selected), with the model that package describes; a republished
-    parent that comes out byte-identical retrains nothing; another chosen model does."""
+WEEK2 = {
+    "source": "synthetic",
+    "synthetic": {**CONFIG["corpora"]["tiny"]["synthetic"], "num_utterances": 40, "seed": 3},
+}
+"""The weekly loop's data revision: new utterances of the same kind (another seed), a corpus
+beside last week's (``tiny``), which the base run trained on and is not changed."""
+
+
+def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_lora(
+    trained, tmp_path
+):
+    """Issue 32, the weekly loop: a base run (tiny_ctc) is last week's model; a data revision
+    adds a corpus; a child fine-tunes the base's selected package on it with rehearsal of last
+    week's corpus (``weights``), and a sibling does the same with LoRA. One DAG trains both: the
+    child starts from the package the parent's selection chose (a DAG edge through rule
+    publish_selected) with the model and tokenizer that package describes; the LoRA sibling
+    trains only its pairs and exports the merged model as a plain ESPnet package, evaluated in
+    bf16; the report sets each child against the parent on the eval set they share (last week's
+    test split: did the child forget it?). A republished parent that comes out byte-identical
+    retrains nothing; another chosen model reruns both children."""
+    import torch
+
     workdir = _private_copy(trained, tmp_path)
     config = workdir / "config.yaml"
     cfg = yaml.safe_load(config.read_text())
+    cfg["corpora"]["week2"] = WEEK2
     parent = {k: v for k, v in cfg["runs"]["tiny_ctc"].items() if k != "tokenizer"}
-    cfg["runs"]["child"] = {
-        **parent,  # no tokenizer named: the parent's ships with its package
-        "init": {"run": "tiny_ctc"},
-        "overrides": {"trainer": {"max_steps": 8, "val_check_interval": 4}},
+    week = {"corpora": ["week2", "tiny"], "weights": [3, 1]}  # new data, rehearsal of the old
+    # a short budget, and one criterion: baseline, last and best are enough to compare (each
+    # artifact is evaluated on three eval sets)
+    budget = {
+        "trainer": {"max_steps": 8, "val_check_interval": 4},
+        "best_model_criterion": [["valid/loss", 1, "min"]],
     }
+    cfg["runs"]["child"] = {**parent, **week, "init": {"run": "tiny_ctc"}, "overrides": budget}
+    lora = {"run": "tiny_ctc", "adapter": {"rank": 2, "alpha": 4}}
+    cfg["runs"]["lora"] = {**parent, **week, "init": lora, "overrides": budget}
     config.write_text(yaml.safe_dump(cfg))
     summary_file = "results/runs/child/train/summary.json"
     jobs = dry_run(workdir, summary_file)
     assert "publish_selected[run=tiny_ctc]" in {j.replace(" ", "") for j in jobs}, jobs
     assert not any("run=tiny_ctc" in j for j in jobs if not j.startswith("publish")), jobs
-    snakemake(workdir, summary_file)
+    evaluation = "results/runs/lora/eval/last/week2.dev/summary.json"
+    snakemake(workdir, summary_file, evaluation, "results/report/comparison.csv")
+
+    # the full fine-tune: the parent's selected package, its model and its tokenizer
     selected = json.loads((workdir / "results/runs/tiny_ctc/selected.json").read_text())
     summary = json.loads((workdir / summary_file).read_text())
     assert summary["status"] == "completed", summary
@@ -623,34 +650,8 @@ def test_a_child_run_fine_tunes_its_parents_selected_model_and_follows_it(traine
     )
     assert summary["architecture"]["from"] == "results/runs/tiny_ctc/selected/config.yaml"
     assert summary["steps"] == 8
-    # the parent republished with the same bytes: nothing of the child reruns
-    snakemake(workdir, "--forcerun", "publish_selected", "results/runs/tiny_ctc/selected/model.pth")
-    assert dry_run(workdir, summary_file) == set()
-    # the parent retrains (its own override changed): its new selection reaches the child
-    cfg["runs"]["tiny_ctc"]["overrides"] = {"trainer": {"seed": 1}}
-    config.write_text(yaml.safe_dump(cfg))
-    jobs = dry_run(workdir, summary_file)
-    for job in ("train[run=tiny_ctc]", "publish_selected[run=tiny_ctc]", "train[run=child]"):
-        assert job in jobs, jobs
 
-
-def test_a_lora_child_exports_a_plain_package_that_evaluates(trained, tmp_path):
-    """Issue 32: a child with init.adapter trains only its LoRA pairs; its export is the merged
-    model as a plain ESPnet package, which the evaluation loads with Speech2Text in bf16."""
-    import torch
-
-    workdir = _private_copy(trained, tmp_path)
-    config = workdir / "config.yaml"
-    cfg = yaml.safe_load(config.read_text())
-    parent = {k: v for k, v in cfg["runs"]["tiny_ctc"].items() if k != "tokenizer"}
-    cfg["runs"]["lora"] = {
-        **parent,
-        "init": {"run": "tiny_ctc", "adapter": {"rank": 2, "alpha": 4}},
-        "overrides": {"trainer": {"max_steps": 8, "val_check_interval": 4}},
-    }
-    config.write_text(yaml.safe_dump(cfg))
-    evaluation = "results/runs/lora/eval/last/tiny.dev/summary.json"
-    snakemake(workdir, evaluation, "results/report/comparison.csv")
+    # the LoRA sibling: only its pairs train; the export is the merged model
     summary = json.loads((workdir / "results/runs/lora/train/summary.json").read_text())
     init = summary["init"]
     assert init["adapter"]["rank"] == 2 and init["adapted_modules"] == 2, init  # one block: q, v
@@ -671,12 +672,28 @@ def test_a_lora_child_exports_a_plain_package_that_evaluates(trained, tmp_path):
     assert params and all(k.endswith(("linear_q.weight", "linear_v.weight")) for k in params)
     scored = json.loads((workdir / evaluation).read_text())
     assert scored["utterances_scored"] == scored["utterances_total"] > 0, scored
-    # the report sets the child's selected model against its parent's, utterance by utterance
+
+    # the report: each child's selected model against its parent's, utterance by utterance, on
+    # last week's test split (the new corpus is the children's dev set; the parent never saw it)
     report = pd.read_csv(workdir / "results/report/comparison.csv")
-    chosen = report[(report["run"] == "lora") & report["selected"]]
-    assert len(chosen) and (chosen["parent_run"] == "tiny_ctc").all(), chosen
-    assert chosen["wer_diff_vs_parent"].notna().all(), chosen
+    for child in ("child", "lora"):
+        chosen = report[(report["run"] == child) & report["selected"]]
+        assert set(chosen["eval_set"]) == {"week2.dev", "week2.test", "tiny.test"}, chosen
+        assert (chosen["parent_run"] == "tiny_ctc").all(), chosen
+        shared = chosen[chosen["eval_set"] == "tiny.test"]
+        assert shared["wer_diff_vs_parent"].notna().all(), shared
     assert report.loc[report["run"] == "tiny_ctc", "parent_run"].isna().all()
+
+    # the parent republished with the same bytes: nothing of the children reruns
+    snakemake(workdir, "results/runs/tiny_ctc/selected/model.pth", "--forcerun", "publish_selected")
+    assert dry_run(workdir, summary_file, "results/runs/lora/train/summary.json") == set()
+    # the parent retrains (its own override changed): its new selection reaches both children
+    cfg["runs"]["tiny_ctc"]["overrides"] = {"trainer": {"seed": 1}}
+    config.write_text(yaml.safe_dump(cfg))
+    jobs = dry_run(workdir, summary_file, "results/runs/lora/train/summary.json")
+    for job in ("train[run=tiny_ctc]", "publish_selected[run=tiny_ctc]", "train[run=child]",
+                "train[run=lora]"):  # fmt: skip
+        assert job in jobs, jobs
 
 
 def test_the_trained_dags_report_page_renders_in_a_browser(trained, tmp_path):
@@ -771,7 +788,7 @@ def test_killed_train_job_resumes_from_its_last_checkpoint(trained, tmp_path):
         ckpt.unlink()  # the finished 24-step run must not be what we resume from
     (work / "csv/metrics.csv").unlink()
     proc = subprocess.Popen(
-        snakemake_command("--forcerun", "train", "results/runs/tiny_ctc/train/summary.json"),
+        snakemake_command("results/runs/tiny_ctc/train/summary.json", "--forcerun", "train"),
         cwd=trained,
         env=environment(),
         stdout=subprocess.DEVNULL,
