@@ -11,7 +11,13 @@ import torch
 
 from asrflow.errors import AsrflowError
 from asrflow.ranks import launched_rank
-from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
+from asrflow.train.cluster import (
+    ClusterInfo,
+    check_sampler_rank,
+    cpu_fallback,
+    detect_cluster,
+    threads_per_rank,
+)
 from asrflow.train.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
@@ -379,3 +385,15 @@ def test_train_run_sets_each_rank_to_its_share_of_the_threads(
     assert f"rank {rank} uses 3 CPU thread(s) (the job's 6 over 2 rank(s) on this node)" in (
         caplog.text
     )
+
+
+def test_a_train_sampler_sharded_for_another_rank_is_refused():
+    """The Trainer keeps asrflow's sampler: one built for rank 0 in a rank-1 process would train
+    both ranks on the same batches, so the module's setup refuses it, naming both ranks."""
+    loader = type("Loader", (), {"sampler": type("S", (), {"world_size": 2, "rank": 0})()})()
+    check_sampler_rank(loader, world_size=2, rank=0)
+    check_sampler_rank(object(), world_size=2, rank=1)  # no sampler: nothing to check
+    with pytest.raises(AsrflowError, match="sharded for rank 0 of 2 but this process is rank 1"):
+        check_sampler_rank(loader, world_size=2, rank=1)
+    with pytest.raises(AsrflowError, match="rank 0 of 2 but this process is rank 0 of 1"):
+        check_sampler_rank(loader, world_size=1, rank=0)

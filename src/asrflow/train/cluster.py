@@ -272,3 +272,22 @@ def cpu_fallback(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]
     )
     log.warning(message)
     return out, message
+
+
+def check_sampler_rank(train_loader: Any, world_size: int, rank: int) -> None:
+    """Fail unless the train batches are sharded for this process's rank: the Trainer does not
+    replace asrflow's sampler (``use_distributed_sampler=False``), so a launcher that gives a
+    process another rank than the one its sampler was built for would have ranks train on the
+    same batches. ``train_loader`` is what the module trains from (a loader whose ``sampler``
+    says its ``world_size`` and ``rank``); one without a sampler passes."""
+    sampler = getattr(train_loader, "sampler", None)
+    if sampler is None:
+        return
+    shard = (getattr(sampler, "world_size", 1), getattr(sampler, "rank", 0))
+    if shard != (world_size, rank):
+        raise AsrflowError(
+            f"the train sampler is sharded for rank {shard[1]} of {shard[0]} but this process "
+            f"is rank {rank} of {world_size}: ranks would train on the same batches; the "
+            "launcher is not one asrflow supports (use the ddp strategy under srun, torchrun or "
+            "Lightning's own launcher, not ddp_spawn)"
+        )

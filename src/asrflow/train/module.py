@@ -20,7 +20,9 @@ that act on them are the run's, one per concern (assembled by
 (:class:`~asrflow.train.diagnostics.DiagnosticsCallback`), exact resume
 (:class:`~asrflow.train.resume.ExactResume`) and the progress line
 (:class:`~asrflow.train.progress.LineProgress`). The module keeps the step, the gradient
-clipping that measures the step's gradient norm, the optimizer and the validation it owns.
+clipping that measures the step's gradient norm, the optimizer and the validation step; what
+a validation adds up, and the ``valid/*`` metrics made of it, are
+:class:`~asrflow.train.dev_scoring.DevTally`'s.
 
 Each utterance's CTC loss per token comes from the training forward itself
 (:class:`UtteranceLossTap`: no second forward, nothing that could change the weights).
@@ -33,13 +35,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jiwer
 import lightning as L
 import torch
 import torch.distributed as dist
 
-from asrflow.errors import AsrflowError
 from asrflow.tokens import TokenEncoder, greedy_ctc
+from asrflow.train.cluster import check_sampler_rank
+from asrflow.train.dev_scoring import DevTally, dev_metrics
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.recipe import Recipe, scaled_lr
@@ -123,7 +125,7 @@ class AsrModule(L.LightningModule):
         self.recipe = recipe
         self.encoder = encoder
         self.references = dict(references)
-        self._valid = self._empty_valid()
+        self._dev = DevTally(self.references)
         self.train_sampler = train_sampler
         self.nonfinite = NonFiniteGuard(recipe.diagnostics.max_consecutive_nonfinite)
         self.utterance_losses = UtteranceLossTap(model)
@@ -138,18 +140,9 @@ class AsrModule(L.LightningModule):
         return self.trainer.world_size if self._trainer is not None else 1
 
     def setup(self, stage: str) -> None:
-        """Check that the train sampler is sharded for this process's rank (the Trainer does
-        not replace it: ``use_distributed_sampler=False``)."""
-        sampler = getattr(self.train_sampler, "sampler", None)
-        if sampler is None or self._trainer is None:
-            return
-        shard = (getattr(sampler, "world_size", 1), getattr(sampler, "rank", 0))
-        if shard != (self.trainer.world_size, self.trainer.global_rank):
-            raise AsrflowError(
-                f"the train sampler is sharded for rank {shard[1]} of {shard[0]} but this process "
-                f"is rank {self.trainer.global_rank} of {self.trainer.world_size}: ranks would "
-                "train on the same batches; the launcher is not one asrflow supports (use the "
-                "ddp strategy under srun, torchrun or Lightning's own launcher, not ddp_spawn)"
+        if self._trainer is not None:
+            check_sampler_rank(
+                self.train_sampler, self.trainer.world_size, self.trainer.global_rank
             )
 
     # --- training ------------------------------------------------------------------------
@@ -250,71 +243,28 @@ class AsrModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": build_scheduler(optimizer, self.recipe)}
 
     # --- validation ----------------------------------------------------------------------
-    @staticmethod
-    def _empty_valid() -> dict[str, Any]:
-        return {
-            "loss_sum": 0.0,
-            "tokens": 0,
-            "errors": 0,
-            "words": 0,
-            "char_errors": 0,
-            "chars": 0,
-            "hyps": {},
-        }
-
-    def _is_duplicate(self, utt: str) -> bool:
-        """A copy Lhotse made to give every rank a batch (``<id>_dup<n>``)."""
-        base, sep, n = utt.rpartition("_dup")
-        return bool(sep) and n.isdigit() and utt not in self.references and base in self.references
 
     def on_validation_epoch_start(self) -> None:
-        self._valid = self._empty_valid()
+        self._dev = DevTally(self.references)
 
     @torch.no_grad()
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int) -> None:
-        if all(self._is_duplicate(utt) for utt in batch["ids"]):
-            # Lhotse pads the last round of a sharded epoch with copies when fewer cuts than
-            # ranks are left (a copy is alone in its batch): counting it would bias the metrics
+        if self._dev.is_padding(batch["ids"]):
             return
         loss_utt, _, _ = self(batch)
-        num_utts, num_tokens = len(batch["ids"]), int(batch["num_tokens"])
-        v = self._valid
-        v["loss_sum"] += float(loss_utt) * num_utts
-        v["tokens"] += num_tokens
         enc, enc_lens = self.model.encode(batch["speech"], batch["speech_lengths"])
-        best = self.model.ctc.argmax(enc)
-        for utt, ids in zip(
-            batch["ids"], greedy_ctc(best, enc_lens, self.encoder.blank_id), strict=True
-        ):
-            hyp = self.encoder.decode(ids)
-            ref = self.references.get(utt, "")
-            v["hyps"][utt] = hyp
-            if ref:
-                words = jiwer.process_words(ref, hyp)
-                chars = jiwer.process_characters(ref, hyp)
-                v["errors"] += words.substitutions + words.deletions + words.insertions
-                v["words"] += words.substitutions + words.deletions + words.hits
-                v["char_errors"] += chars.substitutions + chars.deletions + chars.insertions
-                v["chars"] += chars.substitutions + chars.deletions + chars.hits
+        best = greedy_ctc(self.model.ctc.argmax(enc), enc_lens, self.encoder.blank_id)
+        hyps = [self.encoder.decode(ids) for ids in best]
+        self._dev.add(batch["ids"], hyps, float(loss_utt), int(batch["num_tokens"]))
 
     def on_validation_epoch_end(self) -> None:
-        v = self._valid
-        totals = torch.tensor(
-            [v["loss_sum"], v["tokens"], v["errors"], v["words"], v["char_errors"], v["chars"]],
-            dtype=torch.float64,
-            device=self.device,
-        )
-        hyps = v["hyps"]
+        sums = torch.tensor(self._dev.sums(), dtype=torch.float64, device=self.device)
+        hyps = self._dev.hyps
         if self._world_size() > 1:
-            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
             shards: list[Any] = [None] * self._world_size()
             dist.all_gather_object(shards, hyps)
             hyps = {utt: hyp for shard in shards for utt, hyp in shard.items()}
-        loss_sum, tokens, errors, words, char_errors, chars = totals.tolist()
-        metrics = {
-            "valid/loss": loss_sum / max(tokens, 1.0),
-            "valid/wer": errors / max(words, 1.0),
-            "valid/cer": char_errors / max(chars, 1.0),
-        }
+        metrics = dev_metrics(sums.tolist())
         self.log_dict(metrics, prog_bar=True, sync_dist=False)
         self.validation = (hyps, metrics)
