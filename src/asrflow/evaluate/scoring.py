@@ -11,10 +11,10 @@ Counting rules:
 - **WER** pools errors: ``(S + D + I) / N`` summed over all utterances, never a mean of
   per-utterance rates (:func:`pooled`). With no reference words the rate is ``None``.
 - **CER** counts characters exactly as :func:`jiwer.process_characters` does on the normalized
-  strings, which is how training's ``valid/cer`` is computed (:mod:`asrflow.train.module`): every
-  character counts, *including the single spaces between words* (``"ab cd"`` is 5 characters);
-  leading and trailing spaces are stripped (and inner runs are already collapsed by the default
-  contract).
+  strings, which is how training's ``valid/cer`` is computed
+  (:mod:`asrflow.train.dev_scoring`): every character counts, *including the single spaces
+  between words* (``"ab cd"`` is 5 characters); leading and trailing spaces are stripped (and
+  inner runs are already collapsed by the default contract).
 - An **empty hypothesis** is scored as empty: every reference unit is a deletion (nothing is
   padded). An **empty reference** has 0 units; every hypothesis unit is an insertion.
 

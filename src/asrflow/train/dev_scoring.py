@@ -3,8 +3,10 @@
 A :class:`DevTally` adds up one validation's batches on one rank; under DDP its
 :meth:`~DevTally.sums` are all-reduced and its transcripts gathered before :func:`dev_metrics`
 turns the whole dev set's sums into the ``valid/*`` figures the checkpoints are chosen by. Word
-and character errors are jiwer's, summed over utterances (a corpus WER, not a mean of
-per-utterance rates), the same contract as the evaluation's scoring.
+and character errors are jiwer's, pooled over utterances (a corpus WER, not a mean of
+per-utterance rates) and counted as :mod:`asrflow.evaluate.scoring` counts them, but on the
+references as the dev manifest gives them: the evaluation's normalization contract is not
+applied here.
 """
 
 from __future__ import annotations
