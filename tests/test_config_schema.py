@@ -14,9 +14,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate as snakemake_validate
 
 from asrflow import config_check, layout
+from asrflow.corpus.plan import SyntheticCorpusConfig
 from asrflow.data.filter import FilterConfig
 from asrflow.data.issues import ValidationConfig
 from asrflow.errors import AsrflowError
+from asrflow.evaluate.decode import Decoding
+from asrflow.evaluate.stages import decoding_from_config
 from asrflow.settings import config_error_message, filling_validator
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig
@@ -202,8 +205,9 @@ def test_holdout_defaults() -> None:
 
 
 def test_schema_defaults_match_the_code_defaults() -> None:
-    """The schema fills every key, so its defaults are what runs; they must agree with the
-    dataclasses' own defaults that the library (and its docs) assume."""
+    """The schema fills every key, so its defaults are what runs; the settings dataclasses take
+    theirs from it (:func:`asrflow.settings.schema_defaults`), so one built without a config (a
+    test, a benchmark) runs what a config that leaves the keys out runs."""
     config = fill(
         {
             "corpora": {"demo": {"source": "synthetic"}},
@@ -215,9 +219,89 @@ def test_schema_defaults_match_the_code_defaults() -> None:
     assert "threads" not in demo["validation"]  # a resource, set by the rule
     assert ValidationConfig.from_dict(demo["validation"]) == ValidationConfig()
     assert TextNormalization.from_dict(config["text_normalization"]) == TextNormalization()
+    assert SyntheticCorpusConfig(**demo["synthetic"]) == SyntheticCorpusConfig()
     tok = dict(config["tokenizers"]["t"])
     del tok["corpus"]
     assert TokenizerConfig(**tok) == TokenizerConfig()
+    resolved = {**decoding_from_config(config["evaluation"]).__dict__, "mode": "greedy_ctc"}
+    assert Decoding(**resolved) == Decoding()
+
+
+NOT_CONFIG_KEYS = {
+    ("Bootstrap", "seed"): "the bootstrap's seed, fixed by the scoring contract",
+    ("Batching", "seed"): "a recipe key (config/recipes/), not the config's",
+    ("TrainerConfig", "seed"): "a recipe key (config/recipes/), not the config's",
+    ("FoldSettings", "seed"): "a real-speech fold's seed (asrflow.corpus.folds), not a config key",
+}
+"""Dataclass fields whose name and default happen to equal a config key's, and why that is not
+a second copy of the schema's default."""
+
+
+def _schema_defaults_by_key() -> dict[str, list[tuple[str, Any]]]:
+    """Every scalar default in the schema: key name -> [(dotted path, default)]."""
+    found: dict[str, list[tuple[str, Any]]] = {}
+
+    def walk(node: Any, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        for name, sub in (node.get("properties") or {}).items():
+            if isinstance(sub, dict) and sub.get("default") not in (None, {}):
+                found.setdefault(name, []).append((f"{path}.{name}", sub["default"]))
+            walk(sub, f"{path}.{name}")
+        for key in ("additionalProperties", "items"):
+            walk(node.get(key), f"{path}.*")
+        for name, sub in (node.get("$defs") or {}).items():
+            walk(sub, f"$defs.{name}")
+        for key in ("oneOf", "anyOf", "allOf"):
+            for sub in node.get(key) or []:
+                walk(sub, path)
+
+    walk(load_schema(), "")
+    return found
+
+
+def _literal_dataclass_defaults() -> Iterator[tuple[str, str, str, Any]]:
+    """(file:line, class, field, value) of every dataclass field in src/ whose default is
+    written as a literal."""
+    import ast
+
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for cls in ast.walk(tree):
+            if not isinstance(cls, ast.ClassDef) or not any(
+                "dataclass" in ast.unparse(d) for d in cls.decorator_list
+            ):
+                continue
+            for stmt in cls.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    try:
+                        value = ast.literal_eval(stmt.value) if stmt.value else None
+                    except ValueError:
+                        continue  # not a literal: e.g. taken from schema_defaults
+                    where = f"{path.relative_to(ROOT)}:{stmt.lineno}"
+                    yield where, cls.name, stmt.target.id, value
+
+
+def test_no_dataclass_in_src_writes_a_schema_default_again() -> None:
+    """One source of defaults: a settings dataclass takes a config key's default from the schema
+    (``schema_defaults``), never as a literal that could drift from it."""
+    schema = _schema_defaults_by_key()
+    assert ("$defs.corpus.filter.min_duration", 0.3) in schema["min_duration"]  # the walk works
+    copies = []
+    for where, cls, name, value in _literal_dataclass_defaults():
+        if (cls, name) in NOT_CONFIG_KEYS or value is None:
+            continue
+        for key, default in schema.get(name, []):
+            if value == (tuple(default) if isinstance(default, list) else default):
+                copies.append(f"{where} {cls}.{name} = {value!r} repeats {key}")
+    assert not copies, "\n".join(copies)
+
+
+def test_walking_the_source_would_find_a_copied_default() -> None:
+    """The walk above sees literal defaults (so an empty result means something)."""
+    found = {(cls, name): value for _, cls, name, value in _literal_dataclass_defaults()}
+    assert found[("SyntheticCorpusConfig", "sample_rate")] == 16000
+    assert found[("Decoding", "mode")] == "greedy_ctc"
 
 
 # --- rejected configs ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ settings dataclass from a config section; :func:`config_error_message` words a f
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -34,6 +35,54 @@ def schema_file() -> Path:
         f"the config schema is neither at {here} nor at {Path.cwd() / SCHEMA}: asrflow reads it "
         "from the repository it is installed from (pip install -e .); run from the repository root"
     )
+
+
+@functools.cache
+def _schema() -> Mapping[str, Any]:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(schema_file().read_text(encoding="utf-8"), Loader=loader)
+
+
+def schema_defaults(section: str) -> dict[str, Any]:
+    """The schema's default of every key of ``section`` that has one (a copy), for the settings
+    dataclasses' field defaults: the schema is the one place a default is written, and a
+    dataclass built without a config (a test, a benchmark) runs what a config would.
+
+    ``section`` is a dotted path of config keys from the top, ``*`` standing for any name (a
+    corpus, a run); ``$ref`` is followed. A list default is returned as a tuple (the
+    dataclasses are frozen and hashable).
+
+    >>> schema_defaults("corpora.*.filter")["min_duration"]
+    0.3
+    """
+    root = _schema()
+    node: Mapping[str, Any] = root
+    for key in section.split("."):
+        node = _resolved(root, node)
+        child = node.get("additionalProperties") if key == "*" else node["properties"].get(key)
+        if not isinstance(child, Mapping):
+            raise KeyError(f"{section}: the schema has no section {key!r} there")
+        node = child
+    node = _resolved(root, node)
+    return {
+        name: tuple(sub["default"])
+        if isinstance(sub["default"], list)
+        else copy.deepcopy(sub["default"])
+        for name, sub in node.get("properties", {}).items()
+        if "default" in sub
+    }
+
+
+def _resolved(root: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node`` with its local ``$ref`` (``#/$defs/...``) followed."""
+    while "$ref" in node:
+        target: Any = root
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
 
 
 def filling_validator(schema: Mapping[str, Any]) -> Any:

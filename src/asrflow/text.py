@@ -38,7 +38,7 @@ from functools import lru_cache
 from typing import Any
 
 from asrflow.errors import AsrflowError
-from asrflow.settings import known_settings
+from asrflow.settings import known_settings, schema_defaults
 
 UNICODE_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 APOSTROPHE_VARIANTS = "\u2019\u2018\u02bc"
@@ -66,6 +66,9 @@ def _word_pattern(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
     return re.compile(rf"(?<!\S)(?:{alternation})(?!\S)")
 
 
+_DEFAULT = schema_defaults("text_normalization")
+
+
 @dataclass(frozen=True)
 class TextNormalization:
     """Settings of :func:`normalize`; hashable, comparable and serializable.
@@ -75,12 +78,12 @@ class TextNormalization:
     replacement may produce a key, so that normalization stays idempotent.
     """
 
-    lowercase: bool = True
-    strip_punctuation: bool = True
-    keep: str = "'"
-    collapse_whitespace: bool = True
-    unicode_form: str = "NFKC"
-    unify_apostrophes: bool = True
+    lowercase: bool = _DEFAULT["lowercase"]
+    strip_punctuation: bool = _DEFAULT["strip_punctuation"]
+    keep: str = _DEFAULT["keep"]
+    collapse_whitespace: bool = _DEFAULT["collapse_whitespace"]
+    unicode_form: str = _DEFAULT["unicode_form"]
+    unify_apostrophes: bool = _DEFAULT["unify_apostrophes"]
     replacements: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -38,7 +38,7 @@ import sentencepiece as spm
 from asrflow.data.cuts import load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_bytes, write_text
-from asrflow.settings import known_settings
+from asrflow.settings import known_settings, schema_defaults
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
 
@@ -58,6 +58,9 @@ _CHAR_VOCAB_SIZE = 1 << 20
 """Upper bound passed for ``char`` models: their vocabulary is every covered character."""
 
 
+_DEFAULT = schema_defaults("tokenizers.*")
+
+
 @dataclass(frozen=True)
 class TokenizerConfig:
     """Settings of one tokenizer (``tokenizers.<name>`` in the config).
@@ -74,11 +77,11 @@ class TokenizerConfig:
     - ``max_piece_length``: longest piece in characters (SentencePiece's default, 16).
     """
 
-    model_type: str = "unigram"
-    vocab_size: int = 200
-    character_coverage: float = 1.0
-    user_symbols: tuple[str, ...] = ()
-    max_piece_length: int = 16
+    model_type: str = _DEFAULT["model_type"]
+    vocab_size: int = _DEFAULT["vocab_size"]
+    character_coverage: float = _DEFAULT["character_coverage"]
+    user_symbols: tuple[str, ...] = _DEFAULT["user_symbols"]
+    max_piece_length: int = _DEFAULT["max_piece_length"]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "user_symbols", tuple(self.user_symbols))

@@ -13,6 +13,7 @@ from types import UnionType
 import numpy as np
 
 from asrflow.corpus import vocabulary
+from asrflow.settings import schema_defaults
 
 SPLITS = ("train", "dev", "test")
 EN_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4")
@@ -20,6 +21,9 @@ NOISE_KINDS = ("pink", "brown", "babble")
 MAX_SPEAKERS = 3 * len(EN_VARIANTS)
 
 _WORDS_PER_SECOND_PER_WPM = 1.3 / 60  # eSpeak speaks these short words faster than its nominal wpm
+
+
+_DEFAULT = schema_defaults("corpora.*.synthetic")
 
 
 @dataclass(frozen=True)
@@ -44,19 +48,19 @@ class SyntheticCorpusConfig:
     - ``max_duration``: no utterance is longer (seconds); long texts are cut to fit.
     """
 
-    num_utterances: int = 1500
-    seed: int = 13
-    sample_rate: int = 16000
-    num_speakers: int = 33
-    sessions_per_speaker: int = 3
-    dev_speakers: int = 3
-    test_speakers: int = 3
-    noisy_fraction: float = 0.3
-    snr_db: tuple[float, float] = (5.0, 15.0)
-    entity_fraction: float = 0.2
-    code_switch_fraction: float = 0.1
-    long_fraction: float = 0.04
-    max_duration: float = 30.0
+    num_utterances: int = _DEFAULT["num_utterances"]
+    seed: int = _DEFAULT["seed"]
+    sample_rate: int = 16000  # not a config key: the demo's audio is 16 kHz
+    num_speakers: int = _DEFAULT["num_speakers"]
+    sessions_per_speaker: int = _DEFAULT["sessions_per_speaker"]
+    dev_speakers: int = _DEFAULT["dev_speakers"]
+    test_speakers: int = _DEFAULT["test_speakers"]
+    noisy_fraction: float = _DEFAULT["noisy_fraction"]
+    snr_db: tuple[float, float] = _DEFAULT["snr_db"]
+    entity_fraction: float = _DEFAULT["entity_fraction"]
+    code_switch_fraction: float = _DEFAULT["code_switch_fraction"]
+    long_fraction: float = _DEFAULT["long_fraction"]
+    max_duration: float = _DEFAULT["max_duration"]
 
     def __post_init__(self) -> None:
         def is_number(value: object, kind: type | UnionType = int | float) -> bool:

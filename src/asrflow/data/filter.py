@@ -33,7 +33,7 @@ from lhotse.cut import Cut
 from asrflow.data.cuts import field, origin, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json, write_text
-from asrflow.settings import known_settings
+from asrflow.settings import known_settings, schema_defaults
 from asrflow.text import TextNormalization, normalize
 from asrflow.types import Pathlike
 
@@ -52,11 +52,14 @@ EXAMPLES_PER_REASON = 10
 """Removed cuts described in detail (ID, manifest line, duration, rate, text) per reason."""
 
 
+_DEFAULT = schema_defaults("corpora.*.filter")
+
+
 @dataclass(frozen=True)
 class FilterConfig:
     """Bounds of :func:`filter_cuts` (``filter`` in the config); seconds and chars per second.
 
-    Defaults remove only clear outliers:
+    Defaults (the schema's, :func:`~asrflow.settings.schema_defaults`) remove only clear outliers:
 
     - ``min_duration`` 0.3 s: shorter cuts hold at most a syllable and are often segmentation
       debris;
@@ -70,10 +73,10 @@ class FilterConfig:
     Set a ``min_*`` to 0 or a ``max_*`` to ``inf`` (``.inf`` in YAML) to turn that check off.
     """
 
-    min_duration: float = 0.3
-    max_duration: float = 30.0
-    min_chars_per_second: float = 1.0
-    max_chars_per_second: float = 30.0
+    min_duration: float = _DEFAULT["min_duration"]
+    max_duration: float = _DEFAULT["max_duration"]
+    min_chars_per_second: float = _DEFAULT["min_chars_per_second"]
+    max_chars_per_second: float = _DEFAULT["max_chars_per_second"]
 
     def __post_init__(self) -> None:
         for f in fields(self):

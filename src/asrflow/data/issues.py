@@ -12,6 +12,7 @@ from typing import Any
 from lhotse.cut import Cut
 
 from asrflow.data.cuts import origin
+from asrflow.settings import schema_defaults
 from asrflow.types import Seconds
 
 Splits = Mapping[str, Sequence[Cut]]
@@ -19,14 +20,18 @@ Splits = Mapping[str, Sequence[Cut]]
 EXAMPLES = 5
 
 
+_DEFAULT = schema_defaults("corpora.*.validation")
+
+
 @dataclass(frozen=True)
 class ValidationConfig:
-    """Settings of the validation rule (``corpora.<name>.validation`` in the config)."""
+    """Settings of the validation rule (``corpora.<name>.validation`` in the config; defaults
+    the schema's). ``threads`` is a resource the rule sets, not a config key."""
 
-    duration_tolerance: Seconds = 0.05
-    full_decode: bool = False
-    group_fields: tuple[str, ...] = ("speaker", "session")
-    allow_group_overlap: tuple[str, ...] = ()
+    duration_tolerance: Seconds = _DEFAULT["duration_tolerance"]
+    full_decode: bool = _DEFAULT["full_decode"]
+    group_fields: tuple[str, ...] = _DEFAULT["group_fields"]
+    allow_group_overlap: tuple[str, ...] = _DEFAULT["allow_group_overlap"]
     threads: int = 16
 
     @classmethod

@@ -41,6 +41,7 @@ from asrflow.data.cuts import load_cuts
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
 from asrflow.io import is_write_failure, publish_dir, read_json, write_failed, write_jsonl_gz
+from asrflow.settings import schema_defaults
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,15 @@ log = logging.getLogger(__name__)
 SCHEMA = "asrflow.shards/1"
 INDEX = "shards.json"
 AUDIO_FORMATS = ("flac", "wav")
+_DEFAULT = schema_defaults("corpora.*.shards")
 
 
 @dataclass(frozen=True)
 class ShardSettings:
-    """``corpora.<corpus>.shards`` of the config."""
+    """``corpora.<corpus>.shards`` of the config (defaults the schema's)."""
 
-    shard_size: int = 1000
-    audio_format: str = "flac"
+    shard_size: int = _DEFAULT["shard_size"]
+    audio_format: str = _DEFAULT["audio_format"]
 
     def __post_init__(self) -> None:
         if not isinstance(self.shard_size, int) or isinstance(self.shard_size, bool):

@@ -76,6 +76,7 @@ from asrflow.export.package import (
     verify_package,
 )
 from asrflow.io import dumps_json
+from asrflow.settings import schema_defaults
 from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.types import Pathlike
 
@@ -91,27 +92,32 @@ MODES = ("greedy_ctc", "beam", "lexicon_lm", "auto")
 (:func:`asrflow.evaluate.word_lm.resolve_auto`); a :class:`PackageModel` refuses it."""
 
 
+_DEFAULT = {**schema_defaults("evaluation"), **schema_defaults("evaluation.decoding")}
+
+
 @dataclass(frozen=True)
 class Decoding:
-    """How an artifact is decoded (``evaluation`` in config.yaml)."""
+    """How an artifact is decoded (``evaluation`` in config.yaml; defaults the schema's, except
+    ``mode``: a resolved mode, never ``auto``; numbers cast as :func:`decoding_from_config` casts
+    them, so the fingerprint of the defaults is the config's)."""
 
     mode: str = "greedy_ctc"
-    dtype: str = "bfloat16"
-    device: str = "auto"
+    dtype: str = _DEFAULT["dtype"]
+    device: str = _DEFAULT["device"]
     """``auto`` = the first CUDA device when there is one, else the CPU."""
-    batch_seconds: float = 60.0
+    batch_seconds: float = float(_DEFAULT["batch_seconds"])
     """Audio per forward pass (utterances sorted by duration); 0 = one utterance at a time."""
-    beam_size: int = 10
-    ctc_weight: float | None = None
+    beam_size: int = _DEFAULT["beam_size"]
+    ctc_weight: float | None = _DEFAULT["ctc_weight"]
     """Beam mode only; None = 1.0 for CTC-only models, ESPnet's 0.5 otherwise."""
-    lm_weight: float = 0.5
+    lm_weight: float = float(_DEFAULT["lm_weight"])
     """lexicon_lm only (:mod:`asrflow.evaluate.word_lm`), as the next two."""
-    word_score: float = 2.0
-    beam_size_token: int = 20
-    window_seconds: float = 30.0
+    word_score: float = float(_DEFAULT["word_score"])
+    beam_size_token: int = _DEFAULT["beam_size_token"]
+    window_seconds: float = float(_DEFAULT["window_seconds"])
     """Utterances longer than this are decoded in overlapping windows
     (:mod:`asrflow.evaluate.longform`; modes greedy_ctc and lexicon_lm); 0 = never."""
-    window_overlap_seconds: float = 4.0
+    window_overlap_seconds: float = float(_DEFAULT["window_overlap_seconds"])
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
