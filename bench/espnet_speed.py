@@ -96,8 +96,9 @@ import torch
 import yaml
 
 from asrflow import layout
-from asrflow.train.mappings import dotted_overrides
-from asrflow.train.recipe import Recipe, load_recipe, scaled_lr
+from asrflow.recipe.load import load_recipe, scaled_lr
+from asrflow.recipe.mappings import dotted_overrides
+from asrflow.recipe.sections import Recipe
 from asrflow.train.spec import RunSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -329,7 +330,7 @@ def espnet_command(
     workers in a config file (as ESPnet recipes keep ``conf/train_asr.yaml``), ``n`` steps.
     ``device`` cuda: one GPU with ESPnet's AMP, which autocasts to bfloat16 on a GPU that has
     it (``espnet2.train.trainer.autocast_args``): the counterpart of Lightning's bf16-mixed."""
-    from asrflow.train.sections import warmup_steps
+    from asrflow.recipe.sections import warmup_steps
 
     o = recipe.optim
     config = {

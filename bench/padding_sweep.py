@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from asrflow import layout
-from asrflow.train.mappings import dotted_overrides
-from asrflow.train.recipe import load_recipe
+from asrflow.recipe.load import load_recipe
+from asrflow.recipe.mappings import dotted_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = "config/recipes/demo_conformer.yaml"

@@ -173,9 +173,9 @@ def measure(args: argparse.Namespace) -> None:
 
     from asrflow.data.cuts import load_cuts
     from asrflow.data.shards import shard_fields
+    from asrflow.recipe.batching import Batching
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
-    from asrflow.train.batching import Batching
     from asrflow.train.data import AsrDataset, batch_loader, make_sampler
     from asrflow.train.shards import ShardBatches, ShardLoader
 

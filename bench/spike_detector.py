@@ -144,13 +144,13 @@ def loss_census(
     """Every train utterance's loss per token under the run's final weights (eval mode, as
     trained: the planted transcripts for the planted run): where the planted ones stand."""
     from asrflow.data.cuts import load_cuts
+    from asrflow.recipe.load import load_recipe
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
     from asrflow.train.data import AsrDataset
     from asrflow.train.diagnostics import robust_center
     from asrflow.train.model import build_model
     from asrflow.train.module import UtteranceLossTap
-    from asrflow.train.recipe import load_recipe
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))
     recipe = load_recipe(REPO / f"config/recipes/{RECIPE}.yaml")

@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from asrflow.train.mappings import deep_merge, dotted_overrides
+from asrflow.recipe.load import load_recipe
+from asrflow.recipe.mappings import deep_merge, dotted_overrides
 from asrflow.train.parts import build_trainer_parts
-from asrflow.train.recipe import load_recipe
 from asrflow.train.spec import RunSpec
 
 NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}

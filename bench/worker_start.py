@@ -57,7 +57,7 @@ from espnet_speed import (
 )
 
 from asrflow import layout
-from asrflow.train.recipe import load_recipe, scaled_lr
+from asrflow.recipe.load import load_recipe, scaled_lr
 from asrflow.train.spec import RunSpec
 
 

@@ -13,7 +13,7 @@ from asrflow.params import canonical
 from asrflow.lineage import with_init_runs
 from asrflow.replicas import expand_replicas, replica_runs
 from asrflow.settings import config_error_message, with_first_run_as_baseline
-from asrflow.train.recipe import AUDIT_SECTIONS
+from asrflow.recipe.load import AUDIT_SECTIONS
 from asrflow.recipe.rules import RULES_VERSION
 from asrflow.train.launch import train_resources
 from asrflow.workflow import share_package_with_jobs

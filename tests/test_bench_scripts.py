@@ -451,7 +451,7 @@ def test_the_heavy_benchmarks_write_their_rows_with_the_run_in_them(
     import argparse
 
     from asrflow.evaluate.sctk import Mapsswe
-    from asrflow.train.recipe import load_recipe
+    from asrflow.recipe.load import load_recipe
 
     monkeypatch.setenv("ASRFLOW_BENCH_OUT", str(tmp_path))
     espnet_speed = load_bench(REPO / "bench/espnet_speed.py")

@@ -724,9 +724,9 @@ def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     averaged. (The module's fixture made the change: see `revised`.)"""
     import pandas as pd
 
+    from asrflow.recipe.load import load_recipe
     from asrflow.runs import train_overrides
     from asrflow.settings import with_defaults
-    from asrflow.train.recipe import load_recipe
 
     trained, old = revised.workdir, revised.old_summary
     recipe = trained / "config/recipes/tiny.yaml"

@@ -35,14 +35,15 @@ from asrflow.layout import (
     sharded_corpora,
 )
 from asrflow.params import Operational
+from asrflow.recipe.checks import check_overrides
 from asrflow.recipe.inherit import (
     ARCHITECTURE_KEYS,
     read_architecture,
     takes_package_architecture,
 )
+from asrflow.recipe.load import load_recipe, read_recipe_yaml
+from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import explicit_keys, is_auto
-from asrflow.train.mappings import deep_merge
-from asrflow.train.recipe import check_overrides, load_recipe, read_recipe_yaml
 
 
 def train_overrides(config: Config, name: str) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
 def run_recipe(config: Config, name: str, *, smoke: bool = False):
     """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
     run trains it (:func:`smoke_overrides`). An error in ``runs.<run>.overrides`` names that
-    key (:func:`~asrflow.train.recipe.check_overrides`), one in the recipe the file."""
+    key (:func:`~asrflow.recipe.load.check_overrides`), one in the recipe the file."""
     check_overrides(run(config, name)["overrides"], name)
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     path = recipe_file(run(config, name)["recipe"])
@@ -162,7 +163,7 @@ def trains_from_shards(config: Config, name: str) -> bool:
     """Whether run ``name`` reads its train audio from shards (its corpora have ``shards:``;
     :func:`asrflow.train.shards.run_shards` refuses a run that shards only some of them). Its
     loader workers then deal the shards, so their number is a weight-changing setting
-    (:data:`~asrflow.train.recipe.SHARD_DEALING_KEYS`)."""
+    (:data:`~asrflow.recipe.load.SHARD_DEALING_KEYS`)."""
     sharded = set(sharded_corpora(config))
     return any(corpus in sharded for corpus in run_corpora(config, name))
 

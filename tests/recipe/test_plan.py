@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from asrflow.recipe.load import load_recipe, read_recipe_yaml
 from asrflow.recipe.plan import (
     AUTO_BASE,
     apply_plan,
@@ -12,7 +13,6 @@ from asrflow.recipe.plan import (
     overridden,
     plan_lines,
 )
-from asrflow.train.recipe import load_recipe, read_recipe_yaml
 from tests.recipe.test_rules import corpus
 
 

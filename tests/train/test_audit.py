@@ -232,8 +232,8 @@ def test_mismatched_token_list_fails_fast(tmp_path: Path):
 
 def test_sampled_batches_are_the_audits_batches(tmp_path: Path):
     # the batches padding_sweep.py reads are those the audit reports: 1 + 3 s and 4 + 4 s
+    from asrflow.recipe.batching import Batching
     from asrflow.train.audit import sampled_batches
-    from asrflow.train.batching import Batching
 
     cuts = make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0])
     settings = Batching(max_duration=8.0, num_buckets=2, shuffle=False)

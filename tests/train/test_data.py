@@ -17,10 +17,10 @@ from lhotse import CutSet
 from asrflow.data.cuts import save_cuts
 from asrflow.data.importers import import_nemo
 from asrflow.errors import AsrflowError
+from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
-from asrflow.train.batching import Batching
 from asrflow.train.data import (
     AsrDataset,
     EpochMixSampler,

@@ -206,8 +206,8 @@ def test_checkpoints_metrics_and_transcripts_are_written_once(ddp_run):
 def test_sharded_validation_equals_single_process_validation(ddp_run, tmp_path):
     import lightning as L
 
+    from asrflow.recipe.load import load_recipe
     from asrflow.train.parts import build_trainer_parts
-    from asrflow.train.recipe import load_recipe
 
     spec, root, overrides, _ = ddp_run
     summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))

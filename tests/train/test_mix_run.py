@@ -65,8 +65,8 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
 
 
 def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
+    from asrflow.recipe.load import load_recipe
     from asrflow.train.data import load_train_cuts
-    from asrflow.train.recipe import load_recipe
 
     spec = _two_corpora(tmp_path / "data")
     recipe = load_recipe(spec.recipe)

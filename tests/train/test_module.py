@@ -82,7 +82,7 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path, caplog):
     import csv
     import logging
 
-    from asrflow.train.recipe import load_recipe
+    from asrflow.recipe.load import load_recipe
     from asrflow.train.runner import train_run
     from asrflow.train.schedule import build_optimizer, build_scheduler
     from tests.train.tiny_run import make_tiny_run

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from asrflow.params import Operational
-from asrflow.train.recipe import load_recipe
+from asrflow.recipe.load import load_recipe
 from tests.train.test_ddp import (
     ROOT,
     assert_each_utterance_once_per_epoch,

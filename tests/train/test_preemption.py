@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from asrflow.recipe.load import load_recipe
 from asrflow.train.data import make_sampler
 from asrflow.train.module import AsrModule
-from asrflow.train.recipe import load_recipe
 from asrflow.train.runner import train_run
 from tests.train.test_ddp import ROOT, srun_env
 from tests.train.tiny_run import make_tiny_run, spec_to_json

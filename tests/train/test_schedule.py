@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from asrflow.errors import AsrflowError
+from asrflow.recipe.sections import OptimConfig, Recipe, SchedulerConfig, TrainerConfig
 from asrflow.train.schedule import (
     build_optimizer,
     build_scheduler,
@@ -16,7 +17,6 @@ from asrflow.train.schedule import (
     warmup_cosine_lambda,
     warmup_steps,
 )
-from asrflow.train.sections import OptimConfig, Recipe, SchedulerConfig, TrainerConfig
 
 MODEL = {"encoder": "conformer", "model_conf": {"ctc_weight": 1.0}}
 

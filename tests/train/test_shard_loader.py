@@ -18,10 +18,10 @@ from asrflow.data.cuts import save_cuts
 from asrflow.data.importers import import_nemo
 from asrflow.data.shards import ShardSettings, shard_fields, write_shards
 from asrflow.errors import AsrflowError
+from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
-from asrflow.train.batching import Batching
 from asrflow.train.data import AsrDataset, make_sampler
 from asrflow.train.shards import FILLER, ShardBatches, ShardLoader, deal, mix_shards
 from tests.conftest import utterance_rows, write_nemo, write_wav

@@ -9,11 +9,11 @@ import pytest
 from lhotse import CutSet
 
 from asrflow.errors import AsrflowError
+from asrflow.recipe.batching import Batching
+from asrflow.recipe.checks import recipe_from_dict
 from asrflow.train import sorted_batches
 from asrflow.train.audit import padding_share, sampled_batches
-from asrflow.train.batching import Batching
 from asrflow.train.data import make_sampler
-from asrflow.train.recipe import recipe_from_dict
 from asrflow.train.resume import SkippingSampler
 from asrflow.train.sorted_batches import SortedBatchSampler
 from tests.cuts import audio_less_cut

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from asrflow.errors import AsrflowError
-from asrflow.train.recipe import OPERATIONAL_KEYS
+from asrflow.recipe.sections import OPERATIONAL_KEYS
 from asrflow.train.runner import train_run
 from asrflow.train.workdir import IDENTITY, claim_work_dir
 from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
@@ -117,7 +117,7 @@ def test_operational_recipe_keys_resume_and_keep_the_recipe_hash(tmp_path):
 
 
 def test_the_identity_covers_the_corpus_weights_and_every_weight_changing_recipe_key():
-    from asrflow.train.recipe import recipe_from_dict
+    from asrflow.recipe.checks import recipe_from_dict
     from asrflow.train.workdir import run_identity
 
     recipe = recipe_from_dict(TINY_RECIPE)

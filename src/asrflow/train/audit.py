@@ -35,9 +35,9 @@ from lhotse.cut import Cut
 from asrflow.data.cuts import load_cuts, origin, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_bytes, write_json, write_text
+from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
-from asrflow.train.batching import Batching
 from asrflow.train.data import make_sampler
 from asrflow.train.unk import UnkCount, unk_warnings
 from asrflow.types import Pathlike

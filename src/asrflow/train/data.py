@@ -32,9 +32,9 @@ from torch.utils.data import DataLoader
 
 from asrflow.data.cuts import load_cuts, origin, text
 from asrflow.errors import AsrflowError
+from asrflow.recipe.batching import Batching
+from asrflow.recipe.sections import Recipe
 from asrflow.tokens import TokenEncoder
-from asrflow.train.batching import Batching
-from asrflow.train.recipe import Recipe
 from asrflow.train.sorted_batches import SortedBatchSampler
 from asrflow.train.spec import RunSpec
 from asrflow.train.workers import worker_loader

@@ -39,12 +39,13 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
+from asrflow.recipe.load import scaled_lr
+from asrflow.recipe.sections import Recipe
 from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.cluster import check_sampler_rank
 from asrflow.train.dev_scoring import DevTally, dev_metrics
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
-from asrflow.train.recipe import Recipe, scaled_lr
 from asrflow.train.resume import SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
 from asrflow.train.shards import FILLER, ShardLoader

@@ -20,6 +20,7 @@ from asrflow.artifacts import CHECKPOINTS, checkpoint_pattern
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
 from asrflow.data.cuts import load_cuts, text
 from asrflow.export.find import model_sample_rate
+from asrflow.recipe.sections import Recipe, warmup_steps
 from asrflow.text import TextNormalization, normalize
 from asrflow.tokens import TokenEncoder
 from asrflow.train.data import (
@@ -35,7 +36,6 @@ from asrflow.train.init import apply_init
 from asrflow.train.loggers import MetricsRow, RowTensorBoardLogger
 from asrflow.train.model import build_model
 from asrflow.train.module import AsrModule
-from asrflow.train.recipe import Recipe
 from asrflow.train.resume import (
     AtomicModelCheckpoint,
     ExactResume,
@@ -43,7 +43,6 @@ from asrflow.train.resume import (
     ResumableCSVLogger,
     SkippingSampler,
 )
-from asrflow.train.sections import warmup_steps
 from asrflow.train.shards import ShardBatches, ShardLoader, run_shards
 from asrflow.train.spec import RunSpec
 from asrflow.train.vtlp import add_vtlp

@@ -22,11 +22,11 @@ from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
 from asrflow.export.package import export_package, load_speech2text
 from asrflow.io import write_json
+from asrflow.recipe.load import AUDIT_SECTIONS, recipe_sections
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
 from asrflow.train.audit import audit_batches
 from asrflow.train.data import load_train_cuts
-from asrflow.train.recipe import AUDIT_SECTIONS, recipe_sections
 from asrflow.train.runner import train_run
 from asrflow.train.shards import ShardBatches, run_shards
 from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data

@@ -46,14 +46,15 @@ from asrflow.data.shards import INDEX as SHARD_INDEX
 from asrflow.data.shards import read_index
 from asrflow.hashing import sha256_file
 from asrflow.ranks import launched_rank
+from asrflow.recipe.load import effective_batch_seconds, update_budget
 from asrflow.recipe.rules import RULES_VERSION
+from asrflow.recipe.sections import Recipe
 from asrflow.text import TextNormalization
 from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
 from asrflow.train.failures import PreemptionCheckpoint, RankFailures, TrainingPreempted
 from asrflow.train.outcome import record_completion, record_failure, record_preemption
 from asrflow.train.parts import build_trainer_parts
 from asrflow.train.progress import progress_settings
-from asrflow.train.recipe import Recipe, effective_batch_seconds, update_budget
 from asrflow.train.resume import resume_checkpoint
 from asrflow.train.spec import RunSpec, spec_recipe
 from asrflow.train.trainer import trainer_kwargs

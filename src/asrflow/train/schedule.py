@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.sections import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
+from asrflow.recipe.sections import OPTIMIZERS, SCHEDULERS, total_steps, warmup_steps
 
 if TYPE_CHECKING:
-    from asrflow.train.sections import OptimConfig, Recipe
+    from asrflow.recipe.sections import OptimConfig, Recipe
 
 
 @dataclass
@@ -74,7 +74,7 @@ def build_optimizer(
 ) -> torch.optim.Optimizer:
     """The optimizer named by ``optim.name`` (adamw, adam or sgd) at peak learning rate ``lr``.
 
-    ``lr`` is passed separately so that callers apply :func:`asrflow.train.recipe.scaled_lr`.
+    ``lr`` is passed separately so that callers apply :func:`asrflow.recipe.load.scaled_lr`.
     ``adam`` adds weight decay to the gradient (L2, as ESPnet's ``optim: adam``); ``adamw``
     decouples it. ``sgd`` uses ``momentum`` and ignores ``betas``/``eps``.
     """

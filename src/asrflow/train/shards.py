@@ -26,7 +26,7 @@ resumed run replays its epoch and drops the batches it already trained on. Unlik
 path it reads their audio to do so (the shards are read front to back; there is no index to
 jump with): a resume late in a long epoch first spends that part of the epoch's loading time.
 The number of workers and the shard size are therefore part of a sharded run's identity
-(:data:`asrflow.train.recipe.SHARD_DEALING_KEYS`, :func:`asrflow.train.workdir.run_identity`):
+(:data:`asrflow.recipe.load.SHARD_DEALING_KEYS`, :func:`asrflow.train.workdir.run_identity`):
 changing either starts the run anew. A world size changed under it (the recipe's devices and
 nodes count too) deals the shards differently; the epoch is then only approximately where it
 stopped (the module warns).
@@ -51,7 +51,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from asrflow.data.shards import shard_fields
 from asrflow.errors import AsrflowError
-from asrflow.train.batching import Batching
+from asrflow.recipe.batching import Batching
 from asrflow.train.data import EAGER_WARNING, AsrDataset, pass_order
 from asrflow.train.spec import RunSpec
 from asrflow.train.workers import worker_loader

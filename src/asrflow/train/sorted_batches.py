@@ -30,7 +30,7 @@ import numpy as np
 from lhotse import CutSet
 from lhotse.dataset.sampling.base import CutSampler
 
-from asrflow.train.batching import Batching
+from asrflow.recipe.batching import Batching
 from asrflow.types import Seconds
 
 

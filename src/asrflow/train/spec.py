@@ -15,9 +15,10 @@ from asrflow.recipe.inherit import (
     inherit_architecture,
     takes_package_architecture,
 )
+from asrflow.recipe.load import load_recipe, read_recipe_yaml
+from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import apply_plan, read_plan
-from asrflow.train.mappings import deep_merge
-from asrflow.train.recipe import Recipe, load_recipe, read_recipe_yaml
+from asrflow.recipe.sections import Recipe
 from asrflow.types import Pathlike
 
 

@@ -1,6 +1,6 @@
 """Lightning's Trainer from a recipe: asrflow's units translated into its arguments.
 
-Everything here needs (or may need) torch; :mod:`asrflow.train.recipe` stays torch-free so that
+Everything here needs (or may need) torch; :mod:`asrflow.recipe.load` stays torch-free so that
 the DAG can read recipes without it.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from asrflow.train.recipe import Recipe
+from asrflow.recipe.sections import Recipe
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_convert
 
-from asrflow.train.batching import check_worker_nice
+from asrflow.recipe.batching import check_worker_nice
 
 WORKER_PRELOAD = ("asrflow.train.data", "asrflow.train.shards")
 """What the fork server imports once, so that each worker it forks starts in milliseconds."""
@@ -85,7 +85,7 @@ class WorkerLoader(DataLoader):
     it every dropout mask drawn on the CPU after it: the demo trained to other weights with 0
     workers than with 1 (dev loss 4.71 against 4.73 at step 300). So every iterator after the
     first gives the generator's state back, and in the per-file path ``batching.num_workers``
-    cannot change the weights (tested), as :data:`asrflow.train.recipe.OPERATIONAL_KEYS` says.
+    cannot change the weights (tested), as :data:`asrflow.recipe.load.OPERATIONAL_KEYS` says.
     The dev loader (always in the trainer) drew at every validation before too, so a run
     trained before this change (bd5feb1) and the same run after it part after a validation
     (the demo: the one at step 600).

@@ -9,18 +9,17 @@ import pytest
 import yaml
 
 from asrflow.errors import AsrflowError
-from asrflow.train.batching import Batching
-from asrflow.train.mappings import deep_merge, dotted_overrides
-from asrflow.train.recipe import (
+from asrflow.recipe.batching import Batching
+from asrflow.recipe.checks import (
+    ESPNET_CHOICES,
+    ESPNET_SUPERSEDED_KEYS,
+    check_overrides,
     check_recipe,
-    effective_batch_seconds,
-    load_recipe,
     recipe_from_dict,
-    scaled_lr,
-    update_budget,
 )
-from asrflow.train.recipe_checks import ESPNET_CHOICES, ESPNET_SUPERSEDED_KEYS, check_overrides
-from asrflow.train.sections import Criterion, LossConfig, SchedulerConfig, TrainerConfig
+from asrflow.recipe.load import effective_batch_seconds, load_recipe, scaled_lr, update_budget
+from asrflow.recipe.mappings import deep_merge, dotted_overrides
+from asrflow.recipe.sections import Criterion, LossConfig, SchedulerConfig, TrainerConfig
 from asrflow.train.trainer import trainer_kwargs
 from tests.train.tiny_espnet import build_asr_model, num_parameters
 
@@ -129,8 +128,8 @@ def test_the_train_rules_params_follow_whether_the_run_reads_shards(monkeypatch,
     """What rule train (and the batch audit) is given: on a sharded corpus a change of
     batching.num_workers reruns them (its settings changed), on a per-file one it does not."""
     from asrflow import runs
+    from asrflow.recipe.load import AUDIT_SECTIONS
     from asrflow.settings import with_defaults
-    from asrflow.train.recipe import AUDIT_SECTIONS
     from tests.e2e import REPO
 
     monkeypatch.chdir(REPO)  # the recipe is read from config/recipes/

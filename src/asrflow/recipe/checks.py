@@ -1,7 +1,7 @@
-"""Recipe data to a :class:`~asrflow.train.sections.Recipe`, and the checks of its values.
+"""Recipe data to a :class:`~asrflow.recipe.sections.Recipe`, and the checks of its values.
 
 :func:`recipe_from_dict` checks types and keys while parsing (each section's dataclass may check
-its own values too, as :class:`~asrflow.train.batching.Batching` does); :func:`check_recipe`
+its own values too, as :class:`~asrflow.recipe.batching.Batching` does); :func:`check_recipe`
 checks the ranges of single settings and how settings fit together, ESPnet's model keys included.
 Every error names the recipe (``source``) and the key.
 """
@@ -16,7 +16,7 @@ from types import NoneType, UnionType
 from typing import Any, NoReturn
 
 from asrflow.errors import AsrflowError
-from asrflow.train.sections import (
+from asrflow.recipe.sections import (
     ACCELERATORS,
     DEFAULT_CRITERIA,
     MODES,
@@ -253,7 +253,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "diagnostics.max_unk_share": (lambda v: 0 <= v <= 1, "a share in [0, 1] (0.001 = 0.1 %)"),
 }
 """Range checks of single settings (``batching`` checks its own when parsed:
-:class:`~asrflow.train.batching.Batching`); cross-checks are in :func:`check_recipe`."""
+:class:`~asrflow.recipe.batching.Batching`); cross-checks are in :func:`check_recipe`."""
 
 
 def check_recipe(recipe: Recipe, source: str = "recipe") -> None:

@@ -1,6 +1,6 @@
 """Batching settings: a recipe's ``batching:`` section and the sampler's arguments, one type.
 
-Torch-free: :mod:`asrflow.train.recipe` parses a recipe's section into :class:`Batching` while
+Torch-free: :mod:`asrflow.recipe.load` parses a recipe's section into :class:`Batching` while
 the DAG is built; :func:`asrflow.train.data.make_sampler` and the batch audit
 (:mod:`asrflow.train.audit`) turn it into Lhotse's ``DynamicBucketingSampler``.
 """

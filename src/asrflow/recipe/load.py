@@ -18,10 +18,10 @@ Units (Lightning semantics):
 - ``batching.max_duration`` is seconds of audio per batch per device; an update sees at most
   :func:`effective_batch_seconds`.
 
-The module is the public entry: :class:`Recipe` and its sections are defined in
-:mod:`asrflow.train.sections` (``batching`` in :mod:`asrflow.train.batching`), parsing and
-checking in :mod:`asrflow.train.recipe_checks`, the helpers on nested recipe data in
-:mod:`asrflow.train.mappings`; this module reads recipe files and sizes a run.
+:class:`~asrflow.recipe.sections.Recipe` and its sections are defined in
+:mod:`asrflow.recipe.sections` (``batching`` in :mod:`asrflow.recipe.batching`), parsing and
+checking in :mod:`asrflow.recipe.checks`, the helpers on nested recipe data in
+:mod:`asrflow.recipe.mappings`; this module reads recipe files and sizes a run.
 """
 
 from __future__ import annotations
@@ -32,35 +32,13 @@ from typing import Any
 import yaml
 
 from asrflow.errors import AsrflowError
-from asrflow.train.mappings import deep_merge
-from asrflow.train.recipe_checks import check_overrides, check_recipe, recipe_from_dict
-from asrflow.train.sections import (
-    OPERATIONAL_KEYS,
-    SHARD_DEALING_KEYS,
+from asrflow.recipe.checks import check_recipe, recipe_from_dict
+from asrflow.recipe.mappings import deep_merge
+from asrflow.recipe.sections import (
     Recipe,
-    operational_keys,
     warmup_steps,
 )
 from asrflow.types import Pathlike, Seconds
-
-# the public entry for a recipe as a whole; its sections, checks and dict helpers live in
-# sections, recipe_checks and mappings
-__all__ = [
-    "AUDIT_SECTIONS",
-    "OPERATIONAL_KEYS",
-    "SHARD_DEALING_KEYS",
-    "Recipe",
-    "check_overrides",
-    "check_recipe",
-    "effective_batch_seconds",
-    "load_recipe",
-    "operational_keys",
-    "read_recipe_yaml",
-    "recipe_from_dict",
-    "recipe_sections",
-    "scaled_lr",
-    "update_budget",
-]
 
 
 def load_recipe(

@@ -1,8 +1,8 @@
 """A recipe's sections, one frozen dataclass each, and the :class:`Recipe` that holds them.
 
-Parsing and checking recipe data is :mod:`asrflow.train.recipe_checks`; reading a recipe file is
-:mod:`asrflow.train.recipe` (the public entry, which re-exports these names). The ``batching``
-section is :class:`asrflow.train.batching.Batching`, the sampler's own settings.
+Parsing and checking recipe data is :mod:`asrflow.recipe.checks`; reading a recipe file is
+:mod:`asrflow.recipe.load` (the public entry, which re-exports these names). The ``batching``
+section is :class:`asrflow.recipe.batching.Batching`, the sampler's own settings.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_json
 from asrflow.params import canonical
-from asrflow.train.batching import Batching
-from asrflow.train.mappings import without_keys
+from asrflow.recipe.batching import Batching
+from asrflow.recipe.mappings import without_keys
 
 PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
