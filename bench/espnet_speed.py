@@ -241,7 +241,7 @@ def calibrate_espnet(
 def asrflow_epoch_audio(spec: RunSpec, recipe: Recipe) -> tuple[float, int]:
     """Mean audio seconds per batch of asrflow's train sampler over its first epoch, and the
     number of batches (no audio is read)."""
-    from asrflow.train.data import load_train_cuts, make_sampler
+    from asrflow.train.batches.loader import load_train_cuts, make_sampler
 
     sampler = make_sampler(load_train_cuts(spec, recipe), recipe.batching, world_size=1, rank=0)
     sampler.set_epoch(0)
@@ -1094,7 +1094,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     from asrflow.export.find import model_sample_rate
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
-    from asrflow.train.data import load_train_cuts
+    from asrflow.train.batches.loader import load_train_cuts
     from asrflow.train.model import build_model, num_parameters
 
     started, load_before = datetime.datetime.now().astimezone(), load()

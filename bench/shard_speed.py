@@ -3,7 +3,8 @@
 On a corpus of many short files (``bench/validate_scale.py`` makes them: 0.1-0.3 s of 16 kHz
 noise each), it times, for each case, the train loader alone (no model): the bucketing sampler,
 the audio loading and the padded batches, as training builds them
-(:func:`asrflow.train.data.batch_loader` for files, :class:`asrflow.train.shards.ShardLoader` for
+(:func:`asrflow.train.batches.loader.batch_loader` for files,
+:class:`asrflow.train.batches.shard_stream.ShardLoader` for
 shards), over the first ``--max-cuts`` cuts of an epoch, and prints cuts/s, audio seconds per
 wall second and the ratio shards / files measured in the same run::
 
@@ -176,8 +177,8 @@ def measure(args: argparse.Namespace) -> None:
     from asrflow.recipe.batching import Batching
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
-    from asrflow.train.data import AsrDataset, batch_loader, make_sampler
-    from asrflow.train.shards import ShardBatches, ShardLoader
+    from asrflow.train.batches.loader import AsrDataset, batch_loader, make_sampler
+    from asrflow.train.batches.shard_stream import ShardBatches, ShardLoader
 
     torch.set_num_threads(1)
     setup = json.loads(args.measure_setup)

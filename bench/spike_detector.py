@@ -147,7 +147,7 @@ def loss_census(
     from asrflow.recipe.load import load_recipe
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
-    from asrflow.train.data import AsrDataset
+    from asrflow.train.batches.loader import AsrDataset
     from asrflow.train.diagnostics import robust_center
     from asrflow.train.model import build_model
     from asrflow.train.module import UtteranceLossTap

@@ -7,8 +7,8 @@ sampler, fed seven ways, in interleaved rounds:
 - ``preloaded``: the batches loaded beforehand (no loading, no other process);
 - ``in-process``: asrflow's loader with ``num_workers: 0`` (the audio read in the trainer);
 - ``worker, fork server``: asrflow's loader with one worker, as ``rule train`` builds it
-  (:func:`asrflow.train.workers.worker_loader`: the worker is forked from a fork server, runs
-  at ``batching.worker_nice`` 19 and hands small tensors over as bytes);
+  (:func:`asrflow.train.batches.workers.worker_loader`: the worker is forked from a fork server,
+  runs at ``batching.worker_nice`` 19 and hands small tensors over as bytes);
 - ``..., nice 0``: the same worker at the trainer's CPU priority (asrflow's before);
 - ``..., tensors shared``: at nice 19, every tensor handed over through shared memory
   (PyTorch's way, asrflow's before: one file-descriptor hand-over per tensor);

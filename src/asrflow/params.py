@@ -13,9 +13,9 @@ Operational params, rule by rule (``tests/test_training_e2e.py`` checks that the
 - ``evaluate``: ``evaluation.device``, ``evaluation.batch_seconds`` (and ``evaluation.resources``,
   which are Snakemake resources, never params);
 - ``audit_batches``, ``smoke_train``, ``train``: the recipe's
-  :data:`~asrflow.recipe.load.OPERATIONAL_KEYS` (loader workers, diagnostics; on a run that
+  :data:`~asrflow.recipe.sections.OPERATIONAL_KEYS` (loader workers, diagnostics; on a run that
   trains from shards the loader workers are settings:
-  :data:`~asrflow.recipe.load.SHARD_DEALING_KEYS`);
+  :data:`~asrflow.recipe.sections.SHARD_DEALING_KEYS`);
 - every rule: ``threads`` and ``resources`` (never params).
 
 Also here, because comparing settings is needed on both sides of the training stack (the stale

@@ -92,7 +92,7 @@ def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
 def run_recipe(config: Config, name: str, *, smoke: bool = False):
     """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
     run trains it (:func:`smoke_overrides`). An error in ``runs.<run>.overrides`` names that
-    key (:func:`~asrflow.recipe.load.check_overrides`), one in the recipe the file."""
+    key (:func:`~asrflow.recipe.checks.check_overrides`), one in the recipe the file."""
     check_overrides(run(config, name)["overrides"], name)
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
     path = recipe_file(run(config, name)["recipe"])
@@ -161,9 +161,9 @@ def frontend_rates(config: Config, corpus: str) -> Operational:
 
 def trains_from_shards(config: Config, name: str) -> bool:
     """Whether run ``name`` reads its train audio from shards (its corpora have ``shards:``;
-    :func:`asrflow.train.shards.run_shards` refuses a run that shards only some of them). Its
-    loader workers then deal the shards, so their number is a weight-changing setting
-    (:data:`~asrflow.recipe.load.SHARD_DEALING_KEYS`)."""
+    :func:`asrflow.train.batches.shard_stream.run_shards` refuses a run that shards only some of
+    them). Its loader workers then deal the shards, so their number is a weight-changing setting
+    (:data:`~asrflow.recipe.sections.SHARD_DEALING_KEYS`)."""
     sharded = set(sharded_corpora(config))
     return any(corpus in sharded for corpus in run_corpora(config, name))
 

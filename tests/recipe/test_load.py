@@ -106,7 +106,8 @@ def test_the_workers_priority_is_operational(tmp_path):
 
 
 def test_on_a_sharded_run_the_loader_workers_are_a_setting(tmp_path):
-    """On shards each loader worker batches its own share of them (asrflow.train.shards), so
+    """On shards each loader worker batches its own share of them
+    (asrflow.train.batches.shard_stream), so
     their number changes the batches: part of a sharded run's recipe identity and hash, not of
     its operational settings; on per-file corpora it stays operational. Either way the two
     halves hold every setting once."""

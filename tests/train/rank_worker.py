@@ -63,7 +63,8 @@ def record_batches(
             "step": self.global_step,
             "ids": list(batch["ids"]),
             "tokens": int(batch["num_tokens"]),
-            "filler": bool(batch.get("filler")),  # a rank out of shards (asrflow.train.shards)
+            # a rank out of shards (asrflow.train.batches.shard_stream)
+            "filler": bool(batch.get("filler")),
             "loss_sum": self._recorded_loss_sum,
             "loss": None if loss is None else float(loss.detach()),
         }

@@ -1,4 +1,5 @@
-"""Tests for asrflow.train.data: padded batches, resampling, resumable sampler, DataLoader, mix."""
+"""Tests for asrflow.train.batches.loader: padded batches, resampling, resumable sampler,
+DataLoader, mix."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
-from asrflow.train.data import (
+from asrflow.train.batches.loader import (
     AsrDataset,
     EpochMixSampler,
     add_noise,
@@ -159,7 +160,7 @@ def test_speech_is_what_lhotse_collate_audio_makes(corpus):
     from lhotse import Recording
     from lhotse.dataset.collation import collate_audio
 
-    from asrflow.train.data import collate_speech
+    from asrflow.train.batches.loader import collate_speech
 
     root = corpus.root / "collate"
     write_wav(root / "low.wav", 0.5, sr=8000)
@@ -286,7 +287,7 @@ def test_dataloader_yields_every_cut_once(corpus, workers: int):
     assert sorted(seen) == sorted(corpus.cuts.ids)
     dl.sampler.set_epoch(1)
     assert sorted(i for b in dl for i in b["ids"]) == sorted(corpus.cuts.ids)
-    if workers:  # not forks of the training process: see asrflow.train.workers
+    if workers:  # not forks of the training process: see asrflow.train.batches.workers
         assert dl.multiprocessing_context.get_start_method() == "forkserver"
 
 
@@ -296,7 +297,7 @@ import sys
 from lhotse import load_manifest
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
-from asrflow.train.data import make_dataloader
+from asrflow.train.batches.loader import make_dataloader
 root = sys.argv[1]
 with open(root + "/runs.txt", "a") as f:
     f.write("top-level code ran\\n")
@@ -438,7 +439,7 @@ def write_float_wav(path: Path, seconds: float, bad: dict[int, float], sr: int =
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_non_finite_audio_names_the_cut_and_its_file(corpus, workers: int):
-    from asrflow.train.data import NonFiniteAudio
+    from asrflow.train.batches.loader import NonFiniteAudio
 
     root = corpus.root / "nan"
     write_wav(root / "good.wav", 0.5)
@@ -468,7 +469,7 @@ def test_non_finite_audio_names_the_cut_and_its_file(corpus, workers: int):
 def test_finite_samples_whose_sum_overflows_pass_the_non_finite_check():
     """check_finite tests the batch's sum first: finite samples whose float32 sum overflows to
     inf must still pass (the exact test decides), and one NaN or inf sample must still fail."""
-    from asrflow.train.data import NonFiniteAudio, check_finite
+    from asrflow.train.batches.loader import NonFiniteAudio, check_finite
 
     cuts = list(fake_cuts(2))
     speech = torch.full((2, 4), 3e38)

@@ -1,7 +1,7 @@
 """A run on two corpora mixed by weights trains on each epoch's weighted mix (runs.<run>.weights).
 
-Measured before :class:`~asrflow.train.data.EpochMixSampler`: the mix was read once into an
-eager CutSet that the bucketing sampler shuffled, so every epoch held every cut once and the
+Measured before :class:`~asrflow.train.batches.loader.EpochMixSampler`: the mix was read once into
+an eager CutSet that the bucketing sampler shuffled, so every epoch held every cut once and the
 weights changed nothing but an order the shuffle then discarded.
 """
 
@@ -11,7 +11,7 @@ import collections
 import dataclasses
 
 from asrflow.data.cuts import load_cuts, save_cuts
-from asrflow.train.data import mix_epoch
+from asrflow.train.batches.loader import mix_epoch
 from asrflow.train.module import AsrModule
 from asrflow.train.runner import train_run
 from tests.train.tiny_run import make_tiny_run
@@ -66,7 +66,7 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
 
 def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
     from asrflow.recipe.load import load_recipe
-    from asrflow.train.data import load_train_cuts
+    from asrflow.train.batches.loader import load_train_cuts
 
     spec = _two_corpora(tmp_path / "data")
     recipe = load_recipe(spec.recipe)
@@ -82,8 +82,8 @@ def test_sharded_weighted_corpora_train_on_each_epochs_shard_mix_and_audit_it(
     """The same on shards (issue 16): the epoch is mix_shards' plan, repeats under new IDs,
     and the batch audit audits the shard batches."""
     from asrflow.data.shards import ShardSettings, shard_fields, write_shards
+    from asrflow.train.batches.shard_stream import mix_shards
     from asrflow.train.preflight import audit_run
-    from asrflow.train.shards import mix_shards
 
     spec = _two_corpora(tmp_path / "data")
     dirs = [tmp_path / "shards0", tmp_path / "shards1"]

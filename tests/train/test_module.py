@@ -118,10 +118,10 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path, caplog):
 
 
 def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
-    """A rank that has run out of shards trains on a filler (asrflow.train.shards): zero loss,
-    zero gradient, nothing logged."""
+    """A rank that has run out of shards trains on a filler (asrflow.train.batches.shard_stream):
+    zero loss, zero gradient, nothing logged."""
+    from asrflow.train.batches.shard_stream import FILLER
     from asrflow.train.parts import build_trainer_parts
-    from asrflow.train.shards import FILLER
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
@@ -153,8 +153,8 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
 
     from asrflow.data.cuts import load_cuts
     from asrflow.data.shards import ShardSettings, write_shards
+    from asrflow.train.batches.shard_stream import ShardLoader
     from asrflow.train.parts import build_trainer_parts
-    from asrflow.train.shards import ShardLoader
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 

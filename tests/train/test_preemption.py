@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from asrflow.recipe.load import load_recipe
-from asrflow.train.data import make_sampler
+from asrflow.train.batches.loader import make_sampler
 from asrflow.train.module import AsrModule
 from asrflow.train.runner import train_run
 from tests.train.test_ddp import ROOT, srun_env

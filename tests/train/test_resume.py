@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asrflow.train.data import make_sampler
+from asrflow.train.batches.loader import make_sampler
 from asrflow.train.resume import SkippingSampler
 from tests.train.test_data import fake_cuts, ids_of
 

@@ -1,4 +1,5 @@
-"""Training batches from Lhotse Shar shards (asrflow.train.shards): every cut once per epoch
+"""Training batches from Lhotse Shar shards (asrflow.train.batches.shard_stream): every cut once
+per epoch
 across ranks and loader workers, ranks ending together, exact resume, a new order each epoch."""
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
-from asrflow.train.data import AsrDataset, make_sampler
-from asrflow.train.shards import FILLER, ShardBatches, ShardLoader, deal, mix_shards
+from asrflow.train.batches.loader import AsrDataset, make_sampler
+from asrflow.train.batches.shard_stream import FILLER, ShardBatches, ShardLoader, deal, mix_shards
 from tests.conftest import utterance_rows, write_nemo, write_wav
 
 NORM = TextNormalization()

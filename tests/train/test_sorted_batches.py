@@ -1,4 +1,4 @@
-"""Length-sorted batches (batching.sampler: sorted, asrflow.train.sorted_batches)."""
+"""Length-sorted batches (batching.sampler: sorted, asrflow.train.batches.sorted_batches)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from lhotse import CutSet
 from asrflow.errors import AsrflowError
 from asrflow.recipe.batching import Batching
 from asrflow.recipe.checks import recipe_from_dict
-from asrflow.train import sorted_batches
 from asrflow.train.audit import padding_share, sampled_batches
-from asrflow.train.data import make_sampler
+from asrflow.train.batches import sorted_batches
+from asrflow.train.batches.loader import make_sampler
+from asrflow.train.batches.sorted_batches import SortedBatchSampler
 from asrflow.train.resume import SkippingSampler
-from asrflow.train.sorted_batches import SortedBatchSampler
 from tests.cuts import audio_less_cut
 
 
@@ -101,7 +101,7 @@ def test_the_sampler_key_parses_is_checked_and_stays_out_of_the_hash_by_default(
 
 
 def test_a_sharded_corpus_cannot_be_sorted():
-    from asrflow.train.shards import ShardBatches
+    from asrflow.train.batches.shard_stream import ShardBatches
 
     with pytest.raises(AsrflowError, match="sharded corpus streams"):
         ShardBatches([["s0.tar"]], None, SORTED, [])

@@ -1,4 +1,4 @@
-"""Vocal tract length perturbation of the features (asrflow.train.vtlp)."""
+"""Vocal tract length perturbation of the features (asrflow.train.batches.vtlp)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.vtlp import Vtlp, add_vtlp, source_positions, warp
+from asrflow.train.batches.vtlp import Vtlp, add_vtlp, source_positions, warp
 from tests.train.tiny_espnet import TINY_CTC_MODEL, build_asr_model
 
 NYQUIST = 4000.0

@@ -131,8 +131,8 @@ def test_the_identity_covers_the_corpus_weights_and_every_weight_changing_recipe
 
 
 def test_a_sharded_run_is_another_run_with_other_loader_workers_or_shard_size(tmp_path, caplog):
-    """On shards each loader worker batches its own share (asrflow.train.shards), and the shard
-    size groups the cuts: either changes the batches, so either starts the run anew under
+    """On shards each loader worker batches its own share (asrflow.train.batches.shard_stream), and
+    the shard size groups the cuts: either changes the batches, so either starts the run anew under
     another identity (before, both resumed and the summary claimed the new setting for weights
     trained under the old). Rewriting the shards as wav (the same samples) and an operational
     key that stays one (diagnostics) resume."""

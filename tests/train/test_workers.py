@@ -1,4 +1,5 @@
-"""asrflow.train.workers: loader workers at a lower CPU priority, small tensors sent as bytes."""
+"""asrflow.train.batches.workers: loader workers at a lower CPU priority, small tensors sent as
+bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data._utils.collate import default_convert
 
-from asrflow.train.workers import (
+from asrflow.train.batches.workers import (
     SMALL_TENSOR_BYTES,
     Packed,
     WorkerStart,
@@ -38,7 +39,8 @@ def mark_init(worker_id: int) -> None:
 
 
 def batch_like_asrflow() -> dict:
-    """A batch as :class:`asrflow.train.data.AsrDataset` makes one, and odd values besides."""
+    """A batch as :class:`asrflow.train.batches.loader.AsrDataset` makes one, and odd values
+    besides."""
     g = torch.Generator().manual_seed(0)
     return {
         "speech": torch.randn(3, 48000, generator=g),  # 576 KB: stays a shared tensor
@@ -145,7 +147,7 @@ def draws_between_epochs(loader, epochs: int = 3) -> list[float]:
 def test_the_global_generator_moves_alike_with_any_number_of_workers():
     from torch.utils.data import DataLoader
 
-    from asrflow.train.data import batch_loader
+    from asrflow.train.batches.loader import batch_loader
 
     persistent = draws_between_epochs(batch_loader(Batches(), range(3), 1))
     assert draws_between_epochs(batch_loader(Batches(), range(3), 0)) == persistent

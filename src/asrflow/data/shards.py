@@ -18,7 +18,7 @@ The costs, which is why shards are off by default (``corpora.<c>.shards`` turns 
 - the audio is stored as 16-bit PCM (``flac``, lossless for 16-bit sources and about half the
   size, or ``wav``): sources of more bits (24-bit, float) are rounded to 16 bits;
 - shuffling becomes approximate: a shard order per epoch plus a buffer
-  (:mod:`asrflow.train.shards`).
+  (:mod:`asrflow.train.batches.shard_stream`).
 
 The files are byte-reproducible (Lhotse's tar members carry no time; the cut files are rewritten
 with a fixed gzip header) and published whole: written to a directory beside the target and

@@ -1,7 +1,7 @@
 """Batching settings: a recipe's ``batching:`` section and the sampler's arguments, one type.
 
 Torch-free: :mod:`asrflow.recipe.load` parses a recipe's section into :class:`Batching` while
-the DAG is built; :func:`asrflow.train.data.make_sampler` and the batch audit
+the DAG is built; :func:`asrflow.train.batches.loader.make_sampler` and the batch audit
 (:mod:`asrflow.train.audit`) turn it into Lhotse's ``DynamicBucketingSampler``.
 """
 
@@ -30,12 +30,13 @@ class Batching:
       each worker batches its own share of the shards, so there it changes the batches;
     - ``worker_nice``: how much lower the workers' CPU priority is than the trainer's (0-19, as
       ``nice``); the workers then load in the time the trainer leaves a core idle instead of
-      taking it from the training step (:mod:`asrflow.train.workers`); not a sampler argument;
+      taking it from the training step (:mod:`asrflow.train.batches.workers`); not a sampler
+      argument;
     - ``buffer_size``: cuts held across the buckets (memory vs shuffling quality);
     - ``drop_last``: drop incomplete batches at the end of a bucket;
     - ``sampler``: ``bucketing`` (Lhotse's ``DynamicBucketingSampler``, the default) or
       ``sorted`` (ESPnet2's ``numel``: the whole train set sorted by duration, packed into
-      batches, their order shuffled every epoch; :mod:`asrflow.train.sorted_batches`), which
+      batches, their order shuffled every epoch; :mod:`asrflow.train.batches.sorted_batches`), which
       pads less and ignores ``num_buckets``, ``buffer_size`` and ``drop_last``.
 
     Invalid values raise :class:`AsrflowError` naming ``batching.<key>``.

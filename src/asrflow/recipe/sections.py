@@ -87,11 +87,12 @@ class AugmentationConfig:
     vtlp: tuple[float, ...] = ()
     """Vocal tract length perturbation: ``[low, high]``, each train utterance's log-mel
     frequency axis warped by a factor drawn from that range every time it is seen (Jaitly &
-    Hinton 2013 use ``[0.9, 1.1]``; :mod:`asrflow.train.vtlp`). Empty: off."""
+    Hinton 2013 use ``[0.9, 1.1]``; :mod:`asrflow.train.batches.vtlp`). Empty: off."""
     noise_snr: tuple[float, ...] = ()
     """White noise: ``[low, high]`` dB, each train utterance mixed with Gaussian noise at a
     signal-to-noise ratio drawn from that range every time it is seen (as ESPnet's
-    ``noise_db_range`` with recorded noise; :func:`asrflow.train.data.add_noise`). Empty: off."""
+    ``noise_db_range`` with recorded noise; :func:`asrflow.train.batches.loader.add_noise`). Empty:
+    off."""
 
 
 @dataclass(frozen=True)
@@ -238,8 +239,8 @@ new run from its export with ``runs.<run>.init``)."""
 SHARD_DEALING_KEYS: frozenset[str] = frozenset({"batching.num_workers"})
 """The :data:`OPERATIONAL_KEYS` that count on a run trained from shards: there each loader worker
 reads its own share of a rank's shards and batches them with its own sampler
-(:mod:`asrflow.train.shards`), so the number of workers changes which cuts share a batch, and so
-the weights. (0 workers and 1 deal the shards alike, but count as two settings.)"""
+(:mod:`asrflow.train.batches.shard_stream`), so the number of workers changes which cuts share a
+batch, and so the weights. (0 workers and 1 deal the shards alike, but count as two settings.)"""
 
 
 def operational_keys(*, sharded: bool = False) -> frozenset[str]:

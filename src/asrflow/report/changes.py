@@ -11,7 +11,7 @@ the categories of :data:`CATEGORIES`:
   the records give its path);
 - ``recipe``: every setting of the recipe identity (``recipe_settings``: the recipe with the
   run's overrides and hardware merged in, operational keys such as loader workers left out, as
-  :meth:`asrflow.recipe.load.Recipe.identity` has them), as dotted keys with old -> new values;
+  :meth:`asrflow.recipe.sections.Recipe.identity` has them), as dotted keys with old -> new values;
 - ``start_weights``: the hash of the weights a fine-tuning run started from (none: from
   scratch) and which of their keys it took (``init.include``/``exclude``);
 - ``effective_batch``: audio per optimizer step; ``update_budget``: optimizer steps, warm-up,

@@ -38,7 +38,7 @@ from asrflow.io import write_bytes, write_json, write_text
 from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
-from asrflow.train.data import make_sampler
+from asrflow.train.batches.loader import make_sampler
 from asrflow.train.unk import UnkCount, unk_warnings
 from asrflow.types import Pathlike
 
@@ -115,7 +115,7 @@ def token_counts(
 
 class _RepeatedIds(dict):
     """Token counts that also answer for a repeated shard's cut IDs (``<id>_rep<k>``,
-    :func:`asrflow.train.shards.mix_shards`): as many tokens as the cut repeated."""
+    :func:`asrflow.train.batches.shard_stream.mix_shards`): as many tokens as the cut repeated."""
 
     def __missing__(self, key: str) -> int:
         base = re.sub(r"_rep\d+", "", key)
@@ -223,7 +223,7 @@ def audit_batches(
     """Run the train sampler for ``epochs`` epochs without audio; write JSON, PNG and text.
 
     ``shard_batches(epoch, duration_bins)``: the batches of a sharded run
-    (:meth:`asrflow.train.shards.ShardBatches.epoch_batches`), audited instead of the
+    (:meth:`asrflow.train.batches.shard_stream.ShardBatches.epoch_batches`), audited instead of the
     per-file sampler's; the bins are that sampler's, as in training.
 
     Returns the JSON report (see :func:`summarize`; plus ``unk_tokens``, the train targets

@@ -15,7 +15,7 @@ the union of the ranks' batches.
 
 Assumptions: ESPnet's CTC is ``ctc_type: builtin`` (``brctc`` divides by the number of
 *valid* utterances instead) and ``length_normalized_loss`` is false (else the attention branch is
-already per token: :func:`asrflow.recipe.load.check_recipe` refuses that combination). The
+already per token: :func:`asrflow.recipe.checks.check_recipe` refuses that combination). The
 attention branch also scores one ``<sos/eos>`` per utterance, which the target token count
 (``text_lengths.sum()``) leaves out: a small bias.
 

@@ -42,13 +42,13 @@ import torch.distributed as dist
 from asrflow.recipe.load import scaled_lr
 from asrflow.recipe.sections import Recipe
 from asrflow.tokens import TokenEncoder, greedy_ctc
+from asrflow.train.batches.shard_stream import FILLER, ShardLoader
 from asrflow.train.cluster import check_sampler_rank
 from asrflow.train.dev_scoring import DevTally, dev_metrics
 from asrflow.train.failures import NonFiniteGuard
 from asrflow.train.loss import normalize_loss, per_token
 from asrflow.train.resume import SkippingSampler
 from asrflow.train.schedule import build_optimizer, build_scheduler
-from asrflow.train.shards import FILLER, ShardLoader
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,8 @@ class AsrModule(L.LightningModule):
         return [int(x) for x in t.tolist()]
 
     def _filler_step(self, loss_utt: torch.Tensor) -> torch.Tensor | None:
-        """A step on a filler batch (:mod:`asrflow.train.shards`): the same collective as a real
+        """A step on a filler batch (:mod:`asrflow.train.batches.shard_stream`): the same
+        collective as a real
         step with no tokens, then a loss of zero, so this rank adds no gradient to the update
         that the other ranks' real batches make (DDP still needs its backward)."""
         self.utterance_losses.take()

@@ -2,7 +2,7 @@
 
 :func:`build_trainer_parts` builds them for one rank from the run's spec and recipe (no training
 yet); :mod:`asrflow.train.runner` hands the parts to ``lightning.Trainer``. The train cuts
-themselves (what the batch audit samples too) come from :mod:`asrflow.train.data`.
+themselves (what the batch audit samples too) come from :mod:`asrflow.train.batches.loader`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from asrflow.export.find import model_sample_rate
 from asrflow.recipe.sections import Recipe, warmup_steps
 from asrflow.text import TextNormalization, normalize
 from asrflow.tokens import TokenEncoder
-from asrflow.train.data import (
+from asrflow.train.batches.loader import (
     AsrDataset,
     EpochMixSampler,
     batch_loader,
@@ -31,6 +31,8 @@ from asrflow.train.data import (
     make_sampler,
     train_corpora,
 )
+from asrflow.train.batches.shard_stream import ShardBatches, ShardLoader, run_shards
+from asrflow.train.batches.vtlp import add_vtlp
 from asrflow.train.diagnostics import Diagnostics, DiagnosticsCallback
 from asrflow.train.init import apply_init
 from asrflow.train.loggers import MetricsRow, RowTensorBoardLogger
@@ -43,9 +45,7 @@ from asrflow.train.resume import (
     ResumableCSVLogger,
     SkippingSampler,
 )
-from asrflow.train.shards import ShardBatches, ShardLoader, run_shards
 from asrflow.train.spec import RunSpec
-from asrflow.train.vtlp import add_vtlp
 
 
 def build_trainer_parts(
@@ -106,9 +106,10 @@ def _loaders(
     spec: RunSpec, recipe: Recipe, datasets: Mapping[str, Any], *, world_size: int, rank: int
 ) -> dict[str, Any]:
     """Train and dev loaders of this rank (``datasets``: the train and dev
-    :class:`~asrflow.train.data.AsrDataset`); the train sampler can skip the batches a resumed
-    run already saw (:class:`~asrflow.train.resume.SkippingSampler`, or the
-    :class:`~asrflow.train.shards.ShardLoader` of a sharded run, which is its own sampler)."""
+    :class:`~asrflow.train.batches.loader.AsrDataset`); the train sampler can skip the batches a
+    resumed run already saw (:class:`~asrflow.train.resume.SkippingSampler`, or the
+    :class:`~asrflow.train.batches.shard_stream.ShardLoader` of a sharded run, which is its own
+    sampler)."""
     sets = train_corpora(spec)
     if spec.train_shards:
         train = epoch_train_cuts(spec, recipe, sets, 0)
@@ -145,7 +146,8 @@ def _loaders(
 def _shard_loader(
     spec: RunSpec, recipe: Recipe, dataset: Any, train: Any, world_size: int, rank: int
 ) -> Any:
-    """The train loader of a run whose corpora are sharded (:mod:`asrflow.train.shards`);
+    """The train loader of a run whose corpora are sharded
+    (:mod:`asrflow.train.batches.shard_stream`);
     ``train``: the first epoch's cuts as metadata, for the bucket edges."""
     corpora, weights = run_shards(spec)
     bins = make_sampler(train, recipe.batching, world_size=1, rank=0).duration_bins

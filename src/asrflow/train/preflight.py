@@ -26,9 +26,9 @@ from asrflow.recipe.load import AUDIT_SECTIONS, recipe_sections
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
 from asrflow.train.audit import audit_batches
-from asrflow.train.data import load_train_cuts
+from asrflow.train.batches.loader import load_train_cuts
+from asrflow.train.batches.shard_stream import ShardBatches, run_shards
 from asrflow.train.runner import train_run
-from asrflow.train.shards import ShardBatches, run_shards
 from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data
 from asrflow.train.unk import check_unk, count_unk, target_characters
 from asrflow.types import Pathlike

@@ -36,7 +36,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from asrflow.checkpoints import DamagedCheckpoint, read_training_checkpoint
 from asrflow.io import atomic_output, is_write_failure, write_failed
-from asrflow.train.shards import ShardLoader
+from asrflow.train.batches.shard_stream import ShardLoader
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ class ExactResume(Callback):
     this batch's end by a callback must count it as consumed), keeps the count, the epoch and
     the world size in every checkpoint (``asrflow_data``, with the metrics rows flushed to disk
     beside the weights), and on resume tells ``train_sampler`` (a :class:`SkippingSampler` or a
-    sharded run's :class:`~asrflow.train.shards.ShardLoader`) how many batches to skip."""
+    sharded run's :class:`~asrflow.train.batches.shard_stream.ShardLoader`) how many batches to
+    skip."""
 
     def __init__(self, train_sampler: Any) -> None:
         self.train_sampler = train_sampler

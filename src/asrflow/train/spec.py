@@ -37,7 +37,7 @@ class RunSpec:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     train_weights: Sequence[float] | None = None
     """``runs.<run>.weights``: each corpus's share of every epoch
-    (:func:`~asrflow.train.data.mix_epoch`); ``None``: every cut once per epoch."""
+    (:func:`~asrflow.train.batches.loader.mix_epoch`); ``None``: every cut once per epoch."""
     max_train_cuts: int | None = None
     """Use only the first N train cuts (the smoke run)."""
     max_dev_cuts: int | None = None
@@ -55,7 +55,7 @@ class RunSpec:
     train_shards: Sequence[Pathlike] = field(default_factory=list)
     """Shard directories of the train corpora (``corpora.<c>.shards``), one per corpus of
     ``train_cuts`` when set: training then reads the audio from them
-    (:mod:`asrflow.train.shards`); empty: from the files the cuts name."""
+    (:mod:`asrflow.train.batches.shard_stream`); empty: from the files the cuts name."""
 
 
 def spec_to_json(spec: RunSpec) -> str:

@@ -7,12 +7,12 @@ would continue (or, for a finished run, merely re-describe) weights trained anot
 the summary records the new hashes. So the work directory carries ``identity.json``
 (:func:`run_identity`): the hashes of the train and dev data, the tokenizer and the text
 normalization, the init spec, the corpus weights, and every recipe setting that can change the
-weights (:meth:`~asrflow.recipe.load.Recipe.identity`: model, loss, optimizer, scheduler,
+weights (:meth:`~asrflow.recipe.sections.Recipe.identity`: model, loss, optimizer, scheduler,
 ``trainer.max_steps``, batching, augmentation, seeds, precision, devices, checkpoint criteria).
 A run whose identity differs moves the old directory aside to ``<run>.stale-<UTC time>``
 (nothing is deleted), logs which keys changed, and starts fresh; a run with the same identity
 resumes. The few recipe keys that cannot change the weights
-(:data:`~asrflow.recipe.load.OPERATIONAL_KEYS`: loader workers, diagnostics) are not part of
+(:data:`~asrflow.recipe.sections.OPERATIONAL_KEYS`: loader workers, diagnostics) are not part of
 it, except on a run trained from shards, where the loader workers deal the shards and the shard
 size groups the cuts: both are part of a sharded run's identity.
 
@@ -57,12 +57,12 @@ def run_identity(
     """What a work directory's state was trained from (see the module docstring).
 
     ``hashes`` is the run summary's (train/dev cuts, BPE model, token list, normalization),
-    ``recipe`` a :class:`~asrflow.recipe.load.Recipe`, ``weights`` the run's corpus weights.
+    ``recipe`` a :class:`~asrflow.recipe.sections.Recipe`, ``weights`` the run's corpus weights.
     ``shard_sizes``: a sharded run's ``shard_size`` per shard directory (``shards.json``).
     Which cuts share a shard, and so a sharded run's batches, follow from the train cuts and
     the shard size; the audio format does not change a sample, so re-writing the shards as
     ``wav`` instead of ``flac`` resumes. A sharded run's recipe identity counts its loader
-    workers (:data:`~asrflow.recipe.load.SHARD_DEALING_KEYS`). A run from per-file corpora
+    workers (:data:`~asrflow.recipe.sections.SHARD_DEALING_KEYS`). A run from per-file corpora
     has neither, and its identity is what it was before shards existed.
     """
     keep = ("train_cuts", "dev_cuts", "bpe_model", "tokens", "normalization")

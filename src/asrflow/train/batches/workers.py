@@ -1,8 +1,9 @@
 """DataLoader workers that start from a fork server, not as forks of the training process, run
 at a lower CPU priority than the trainer, and hand small tensors back as bytes.
 
-Every asrflow loader with workers (the train loader of :mod:`asrflow.train.data`, the
-:class:`~asrflow.train.shards.ShardLoader` of a sharded run) is made by :func:`worker_loader`.
+Every asrflow loader with workers (the train loader of :mod:`asrflow.train.batches.loader`, the
+:class:`~asrflow.train.batches.shard_stream.ShardLoader` of a sharded run) is made by
+:func:`worker_loader`.
 
 Priority (``batching.worker_nice``, default 19): on a machine with no core to spare (the demo's
 2 cores, 2 torch threads) a worker that loads at the trainer's priority takes a core from the
@@ -30,7 +31,7 @@ from torch.utils.data._utils.collate import default_convert
 
 from asrflow.recipe.batching import check_worker_nice
 
-WORKER_PRELOAD = ("asrflow.train.data", "asrflow.train.shards")
+WORKER_PRELOAD = ("asrflow.train.batches.loader", "asrflow.train.batches.shard_stream")
 """What the fork server imports once, so that each worker it forks starts in milliseconds."""
 
 
@@ -85,7 +86,7 @@ class WorkerLoader(DataLoader):
     it every dropout mask drawn on the CPU after it: the demo trained to other weights with 0
     workers than with 1 (dev loss 4.71 against 4.73 at step 300). So every iterator after the
     first gives the generator's state back, and in the per-file path ``batching.num_workers``
-    cannot change the weights (tested), as :data:`asrflow.recipe.load.OPERATIONAL_KEYS` says.
+    cannot change the weights (tested), as :data:`asrflow.recipe.sections.OPERATIONAL_KEYS` says.
     The dev loader (always in the trainer) drew at every validation before too, so a run
     trained before this change (bd5feb1) and the same run after it part after a validation
     (the demo: the one at step 600).

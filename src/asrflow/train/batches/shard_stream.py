@@ -26,7 +26,7 @@ resumed run replays its epoch and drops the batches it already trained on. Unlik
 path it reads their audio to do so (the shards are read front to back; there is no index to
 jump with): a resume late in a long epoch first spends that part of the epoch's loading time.
 The number of workers and the shard size are therefore part of a sharded run's identity
-(:data:`asrflow.recipe.load.SHARD_DEALING_KEYS`, :func:`asrflow.train.workdir.run_identity`):
+(:data:`asrflow.recipe.sections.SHARD_DEALING_KEYS`, :func:`asrflow.train.workdir.run_identity`):
 changing either starts the run anew. A world size changed under it (the recipe's devices and
 nodes count too) deals the shards differently; the epoch is then only approximately where it
 stopped (the module warns).
@@ -52,9 +52,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from asrflow.data.shards import shard_fields
 from asrflow.errors import AsrflowError
 from asrflow.recipe.batching import Batching
-from asrflow.train.data import EAGER_WARNING, AsrDataset, pass_order
+from asrflow.train.batches.loader import EAGER_WARNING, AsrDataset, pass_order
+from asrflow.train.batches.workers import worker_loader
 from asrflow.train.spec import RunSpec
-from asrflow.train.workers import worker_loader
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,8 @@ def mix_shards(
     corpora: Sequence[Sequence[dict[str, Any]]], weights: Sequence[float], epoch: int, seed: int
 ) -> list[dict[str, Any]]:
     """Epoch ``epoch``'s shards of several sharded corpora mixed by ``weights`` (``runs.<run>.
-    weights``), as :func:`asrflow.train.data.mix_epoch` mixes cuts, at the grain of a shard.
+    weights``), as :func:`asrflow.train.batches.loader.mix_epoch` mixes cuts, at the grain of a
+    shard.
 
     An epoch holds about as many cuts as all corpora together, ``N``; corpus ``i`` gives whole
     shards until it has given ``round(N * w_i / sum(w))`` cuts (at least one shard). Each corpus
@@ -116,7 +117,8 @@ def mix_shards(
 
 def run_shards(spec: RunSpec) -> tuple[list[list[dict[str, Any]]], list[float] | None]:
     """A sharded run's corpora as :class:`ShardBatches` takes them, and the weights that mix
-    them (None for one corpus, as :func:`asrflow.train.data.mix_epoch` is not used then)."""
+    them (None for one corpus, as :func:`asrflow.train.batches.loader.mix_epoch` is not used
+    then)."""
     if len(spec.train_shards) != len(spec.train_cuts):
         raise AsrflowError(
             f"run {spec.name}: {len(spec.train_shards)} of its {len(spec.train_cuts)} train "
@@ -254,7 +256,8 @@ def _renamed(cut: Any, suffix: str) -> Any:
 
 
 def _perturbed(cut: Any, factors: tuple[float, ...]) -> list[Any]:
-    """A cut once per speed factor, as :func:`asrflow.train.data.speed_perturb` makes them."""
+    """A cut once per speed factor, as :func:`asrflow.train.batches.loader.speed_perturb` makes
+    them."""
     return [cut if f == 1.0 else cut.perturb_speed(f, affix_id=True) for f in factors]
 
 

@@ -6,7 +6,7 @@ into batches of at most ``max_duration`` seconds and yields each batch as a ``Cu
 audio on the fly. The DataLoader runs with ``batch_size=None`` and the sampler as its
 ``sampler``, so the sampler stays in the main process (its ``state_dict`` is the resume point)
 and workers only load audio. Workers start from a fork server
-(:func:`asrflow.train.workers.worker_loader`), not as forks of the training process.
+(:func:`asrflow.train.batches.workers.worker_loader`), not as forks of the training process.
 
 Example::
 
@@ -35,9 +35,9 @@ from asrflow.errors import AsrflowError
 from asrflow.recipe.batching import Batching
 from asrflow.recipe.sections import Recipe
 from asrflow.tokens import TokenEncoder
-from asrflow.train.sorted_batches import SortedBatchSampler
+from asrflow.train.batches.sorted_batches import SortedBatchSampler
+from asrflow.train.batches.workers import worker_loader
 from asrflow.train.spec import RunSpec
-from asrflow.train.workers import worker_loader
 from asrflow.types import Hz
 
 log = logging.getLogger(__name__)
