@@ -82,8 +82,8 @@ def test_sharded_weighted_corpora_train_on_each_epochs_shard_mix_and_audit_it(
     """The same on shards (issue 16): the epoch is mix_shards' plan, repeats under new IDs,
     and the batch audit audits the shard batches."""
     from asrflow.data.shards import ShardSettings, shard_fields, write_shards
+    from asrflow.train.audit import audit_run
     from asrflow.train.batches.shard_stream import mix_shards
-    from asrflow.train.preflight import audit_run
 
     spec = _two_corpora(tmp_path / "data")
     dirs = [tmp_path / "shards0", tmp_path / "shards1"]

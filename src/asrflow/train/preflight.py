@@ -1,82 +1,33 @@
-"""The two jobs before a long training run: the batch audit (the recipe's sampler over the
-train cuts, no model) and the smoke run (a few steps, a validation, an export decoded by ESPnet's
-``Speech2Text``), so that a manifest, tokenizer, model or export mismatch fails in a minute. The
+"""The smoke run before a long training run (a few steps, a validation, an export decoded by
+ESPnet's ``Speech2Text``), so that a manifest, tokenizer, model or export mismatch fails in a
+minute; the other job before it, the batch audit, is :func:`asrflow.train.audit.audit_run`. The
 smoke run first counts the ``<unk>`` targets of the run's train and dev splits
 (:func:`check_targets`): a tokenizer that cannot spell them stops it before it trains.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.artifacts import LAST_CHECKPOINT as LAST
-from asrflow.data.cuts import load_cuts, save_cuts, text
+from asrflow.data.cuts import load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.export.find import model_sample_rate
 from asrflow.export.package import export_package, load_speech2text
 from asrflow.io import write_json
-from asrflow.recipe.load import AUDIT_SECTIONS, recipe_sections
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
-from asrflow.train.audit import audit_batches
-from asrflow.train.batches.loader import load_train_cuts
-from asrflow.train.batches.shard_stream import ShardBatches, run_shards
 from asrflow.train.runner import train_run
-from asrflow.train.spec import RunSpec, spec_recipe, spec_recipe_data
+from asrflow.train.spec import RunSpec, spec_recipe
 from asrflow.train.unk import check_unk, count_unk, target_characters
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
-
-
-def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
-    """The batch audit of a run: its recipe's sampler over its train cuts, no model, no audio."""
-
-    recipe = recipe_sections(spec_recipe_data(spec), AUDIT_SECTIONS)
-    with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
-        cuts_path = spec.train_cuts[0]
-        if spec.train_shards and len(spec.train_cuts) > 1:  # every cut a shard mix can draw
-            cuts_path = Path(tmp) / "train.jsonl.gz"
-            unmixed = dataclasses.replace(spec, train_weights=None)
-            save_cuts(load_train_cuts(unmixed, recipe), cuts_path)
-        elif len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:
-            cuts_path = Path(tmp) / "train.jsonl.gz"
-            save_cuts(load_train_cuts(spec, recipe), cuts_path)
-        return audit_batches(
-            cuts_path,
-            spec.bpe_model,
-            spec.tokens,
-            TextNormalization.from_dict(spec.normalization),
-            recipe.batching,
-            recipe.loss.normalization,
-            out_json,
-            out_png,
-            out_txt,
-            shard_batches=_shard_batches(spec, recipe) if spec.train_shards else None,
-        )
-
-
-def _shard_batches(spec: RunSpec, recipe: Any) -> Any:
-    """``shard_batches`` of the batch audit for a sharded run: one process reading every shard
-    with the recipe's loader workers (the cut files only)."""
-    corpora, weights = run_shards(spec)
-    speed = recipe.augmentation.speed_perturb
-
-    def epoch_batches(epoch: int, bins: list[float]) -> Any:
-        batches = ShardBatches(
-            corpora, None, recipe.batching, bins, speed_perturb=speed, weights=weights
-        )
-        batches.epoch = epoch
-        return batches.epoch_batches(recipe.batching.num_workers)
-
-    return epoch_batches
 
 
 def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict[str, Any]:
