@@ -243,8 +243,9 @@ def average_criterion(wildcards):
 
 
 def export_inputs(wildcards):
-    """What an artifact is exported from: the trained run, its tokenizer, and for an
-    average the averaged weights; the baseline only from the run's init weights."""
+    """What an artifact is exported from: the trained run, its tokenizer, for an average the
+    averaged weights, for a run with LoRA adapters its start weights; the baseline only from
+    the run's init weights."""
     run = wildcards.run
     if wildcards.artifact == BASELINE:
         return run_init_weights(wildcards)
@@ -256,6 +257,8 @@ def export_inputs(wildcards):
     }
     if is_average(wildcards.artifact):
         inputs["averaged"] = layout.average_file(run, wildcards.artifact)
+    if runs.trains_adapters(config, run):  # the adapter-only export is a difference from them
+        inputs["init_weights"] = runs.init_inputs(config, run)["init_weights"]
     return inputs
 
 

@@ -17,4 +17,5 @@ with step(snakemake):
             tokens=snakemake.input.tokens,
             out_dir=snakemake.output.package,
             averaged=snakemake.input.get("averaged"),
+            init_weights=snakemake.input.get("init_weights"),
         )

@@ -608,6 +608,8 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
     retrains nothing; another chosen model reruns both children."""
     import torch
 
+    from asrflow.export.adapter import merge_adapter
+
     workdir = _private_copy(trained, tmp_path)
     config = workdir / "config.yaml"
     cfg = yaml.safe_load(config.read_text())
@@ -670,6 +672,17 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
     moved = [k for k in weights if not torch.equal(weights[k], parent_weights[k])]
     params = [k for k in moved if not k.endswith(buffers)]
     assert params and all(k.endswith(("linear_q.weight", "linear_v.weight")) for k in params)
+    # beside it the adapter-only export: the two adapted layers as rank-2 factors, the moved
+    # buffers whole, and the parent's hash; rebuilt from the parent's weights it is the model
+    adapter = json.loads((package / "package.json").read_text())["adapter"]
+    assert adapter["low_rank_tensors"] == 2, adapter
+    assert adapter["whole_tensors"] == len(moved) - 2, adapter
+    assert adapter["base_model_sha256"] == sha256_file(
+        workdir / "results/runs/tiny_ctc/selected/model.pth"
+    )
+    assert adapter["bytes"] < (package / "model.pth").stat().st_size, adapter
+    rebuilt = merge_adapter(package, workdir / "results/runs/tiny_ctc/selected/model.pth")
+    assert all(torch.allclose(rebuilt[k], weights[k], rtol=0, atol=1e-5) for k in weights)
     scored = json.loads((workdir / evaluation).read_text())
     assert scored["utterances_scored"] == scored["utterances_total"] > 0, scored
 

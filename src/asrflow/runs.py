@@ -311,6 +311,13 @@ def eval_params(config: Config) -> dict[str, Any]:
     }
 
 
+def trains_adapters(config: Config, name: str) -> bool:
+    """Whether run ``name`` trains LoRA adapters (``init.adapter``): its exports then also hold
+    the adapter-only difference from its start weights (:mod:`asrflow.export.adapter`)."""
+    init = run(config, name).get("init")
+    return bool(init and init.get("adapter"))
+
+
 def has_baseline(config: Config, name: str) -> bool:
     """A fine-tuning run whose init model comes with its ESPnet config.yaml (an exported package,
     another run's selected package or an ESPnet model directory) has a ``baseline`` artifact:

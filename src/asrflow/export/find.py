@@ -30,6 +30,9 @@ PACKAGE_CONTENTS = ("config.yaml", "model.pth", "bpe.model", "tokens.txt")
 """The files of a package whose SHA-256 its manifest records (everything but itself)."""
 PACKAGE_FILES = (*PACKAGE_CONTENTS, PACKAGE_MANIFEST)
 """Every file of an exported package: what ``publish_selected`` copies for a child run."""
+PACKAGE_ADAPTER = "adapter.pth"
+"""A LoRA run's adapter-only export, beside the merged weights (:mod:`asrflow.export.adapter`);
+``publish_selected`` copies it too where there is one."""
 MANIFESTS = ("meta.yaml", "meta.yml")
 """ESPnet's ``pack`` manifest: ``files.asr_model_file`` and ``yaml_files.asr_train_config``,
 relative to the package directory."""

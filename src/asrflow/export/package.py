@@ -9,6 +9,8 @@ A package holds::
     tokens.txt      the token list (the same list as in config.yaml)
     package.json    artifact name, SHA-256 of the four files above, the source checkpoint,
                     package versions and the caller's provenance mapping
+    adapter.pth     (runs with LoRA adapters only) the adapter-only export: what the run changed
+                    of its start weights, and their SHA-256 (:mod:`asrflow.export.adapter`)
 
 Plain ESPnet loads it::
 
@@ -55,6 +57,7 @@ import yaml
 from asrflow.checkpoints import read_model_state
 from asrflow.errors import AsrflowError
 from asrflow.espnet_import import espnet_import
+from asrflow.export.adapter import write_adapter
 from asrflow.export.espnet_model import (
     build_espnet_model,
     check_state_dict,
@@ -90,6 +93,7 @@ def export_package(
     out_dir: Pathlike,
     artifact: str,
     provenance: Mapping[str, Any] | None = None,
+    base_model: Pathlike | None = None,
 ) -> dict[str, Any]:
     """Write the package ``out_dir`` (see the module docstring); returns its ``package.json``.
 
@@ -100,7 +104,8 @@ def export_package(
     ``source.format``. ``espnet_args`` are ESPnet's parsed arguments
     (:func:`asrflow.train.model.build_model`'s second result, or the run's
     ``artifacts/espnet_config.json``). ``bpe_model`` and ``tokens_txt`` must be the pair the model
-    was trained with.
+    was trained with. ``base_model``: the ``model.pth`` a run with LoRA adapters started from;
+    the package then also holds the adapter-only export (:mod:`asrflow.export.adapter`).
 
     Example::
 
@@ -126,6 +131,8 @@ def export_package(
         _write_files(tmp, config_text, weights, bpe_model, tokens_txt)
         _check_reload(tmp / MODEL, model)
         manifest = _manifest(tmp, artifact, source, source_format, model, config, provenance)
+        if base_model is not None:
+            manifest["adapter"] = write_adapter(tmp, weights, base_model)
         (tmp / MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
         if not publish_dir(tmp, out):
             log.info("%s already holds this package; left untouched", out)
@@ -236,7 +243,10 @@ def verify_package(package_dir: Pathlike) -> dict[str, Any]:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise AsrflowError(f"{manifest_path}: not a readable package manifest ({exc})") from exc
-    for name, expected in sorted(manifest.get("files", {}).items()):
+    files = dict(manifest.get("files", {}))
+    if manifest.get("adapter"):  # the adapter-only export beside the merged weights
+        files[manifest["adapter"]["file"]] = manifest["adapter"]["sha256"]
+    for name, expected in sorted(files.items()):
         path = package / name
         if not path.is_file():
             raise AsrflowError(f"{package}: package file {name} is missing; re-export it")

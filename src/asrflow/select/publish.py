@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from asrflow.errors import AsrflowError
+from asrflow.export.find import PACKAGE_ADAPTER as ADAPTER
 from asrflow.export.find import PACKAGE_FILES
 from asrflow.io import atomic_output, read_json
 from asrflow.types import Pathlike
@@ -40,5 +41,13 @@ def publish_selected(selected: Pathlike, packages: Sequence[Pathlike], out: Path
             raise AsrflowError(f"{source}: has no {name}; re-export the package")
         with atomic_output(Path(out) / name) as tmp:
             shutil.copyfile(source / name, tmp)
+    # the adapter-only export of a LoRA run travels with it (not a declared output: a run
+    # without adapters has none, and one left by an earlier selection must not stay)
+    adapter = Path(out) / ADAPTER
+    if (source / ADAPTER).is_file():
+        with atomic_output(adapter) as tmp:
+            shutil.copyfile(source / ADAPTER, tmp)
+    else:
+        adapter.unlink(missing_ok=True)
     log.info("published %s as %s", source, out)
     return source

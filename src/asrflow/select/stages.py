@@ -76,9 +76,18 @@ def export_run_artifact(
     tokens: Pathlike,
     out_dir: Pathlike,
     averaged: Pathlike | None = None,
+    init_weights: Pathlike | None = None,
 ) -> dict[str, Any]:
-    """Export one artifact of a run as a package ESPnet's ``Speech2Text`` loads."""
+    """Export one artifact of a run as a package ESPnet's ``Speech2Text`` loads; for a run that
+    trained LoRA adapters (``init.adapter``) from ``init_weights``, with the adapter-only export
+    beside it (:mod:`asrflow.export.adapter`)."""
     source = artifact_source(artifact, summary, artifacts, averaged)
+    adapted = bool((read_json(summary).get("init") or {}).get("adapter"))
+    if adapted and init_weights is None:
+        raise AsrflowError(
+            f"{summary}: the run trained adapters, but its start weights were not given "
+            "(rule export_artifact's input init_weights)"
+        )
     espnet_args = json.loads((Path(artifacts) / "espnet_config.json").read_text(encoding="utf-8"))
     return export_package(
         state_dict_or_checkpoint=source,
@@ -93,6 +102,7 @@ def export_run_artifact(
             # what the weights were trained from: the recipe, data, tokenizer and start weights
             "run_hashes": read_json(summary).get("hashes"),
         },
+        base_model=init_weights if adapted else None,
     )
 
 
