@@ -19,8 +19,9 @@ from asrflow.export.adapter import (
     difference,
     merge_adapter,
 )
-from asrflow.export.package import MODEL, export_package, verify_package
+from asrflow.export.package import MODEL, verify_package
 from asrflow.select.publish import publish_selected
+from tests.export.test_package import _export
 from tests.tiny_model import Trained, tiny_once
 
 
@@ -128,15 +129,7 @@ def adapted(trained: Trained, tmp_path: Path) -> tuple[Path, Path, dict]:
         weights[key] = _lora(base_state[key], rank=2, seed=seed)
     source = tmp_path / "adapted.pth"
     torch.save(weights, source)
-    manifest = export_package(
-        state_dict_or_checkpoint=source,
-        espnet_args=trained.args,
-        bpe_model=trained.bpe_model,
-        tokens_txt=trained.tokens,
-        out_dir=tmp_path / "pkg",
-        artifact="last",
-        base_model=base,
-    )
+    manifest = _export(trained, tmp_path / "pkg", source, base_model=base)
     return tmp_path / "pkg", base, manifest
 
 
@@ -176,14 +169,7 @@ def test_publishing_copies_the_adapter_and_drops_one_a_former_selection_left(
     assert (out / ADAPTER).read_bytes() == (package / ADAPTER).read_bytes()
     verify_package(out)
     plain = tmp_path / "plain" / "pkg"
-    export_package(
-        state_dict_or_checkpoint=trained.lightning_ckpt,
-        espnet_args=trained.args,
-        bpe_model=trained.bpe_model,
-        tokens_txt=trained.tokens,
-        out_dir=plain,
-        artifact="last",
-    )
+    _export(trained, plain)
     publish_selected(selected, [plain], out)
     assert not (out / ADAPTER).exists()
     assert "adapter" not in verify_package(out)
