@@ -696,6 +696,11 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
         shared = chosen[chosen["eval_set"] == "tiny.test"]
         assert shared["wer_diff_vs_parent"].notna().all(), shared
     assert report.loc[report["run"] == "tiny_ctc", "parent_run"].isna().all()
+    # the LoRA sibling's trained artifacts carry their adapter's size (the baseline, the
+    # parent's weights as they are, has none, nor has the full fine-tune)
+    trained_lora = report[(report["run"] == "lora") & (report["artifact"] != "baseline")]
+    assert len(trained_lora) and trained_lora["adapter_bytes"].notna().all(), trained_lora
+    assert report.loc[report["run"] != "lora", "adapter_bytes"].isna().all()
 
     # the parent republished with the same bytes: nothing of the children reruns
     snakemake(workdir, "results/runs/tiny_ctc/selected/model.pth", "--forcerun", "publish_selected")

@@ -32,6 +32,7 @@ def _evaluate(tmp_path, calls, artifact, key="k1"):
         eval_set="c.dev",
         package_files={"model.pth": "same", "config.yaml": artifact},
         run_hashes={"recipe": f"recipe of {artifact}"},
+        adapter_bytes=len(artifact),
         summary_path=out / "summary.json",
         utterances_csv=out / "utterances.csv",
         alignments_txt=out / "alignments.txt",
@@ -55,6 +56,7 @@ def test_the_second_artifact_with_the_same_key_copies_the_first(tmp_path):
     assert second["artifact"] == "valid.loss.best" and second["wer"] == first["wer"]
     assert second["package_files"]["config.yaml"] == "valid.loss.best"
     assert second["run_hashes"] == {"recipe": "recipe of valid.loss.best"}  # its own record
+    assert second["adapter_bytes"] == len("valid.loss.best")
     saved = json.loads((tmp_path / "valid.loss.best" / "summary.json").read_text())
     assert saved == second
     alignments = (tmp_path / "valid.loss.best" / "alignments.txt").read_text()

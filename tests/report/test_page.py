@@ -281,3 +281,7 @@ def test_a_fine_tuning_runs_card_counts_its_trainable_parameters() -> None:
     frozen = pd.Series({"num_parameters": 1234567, "trainable_parameters": 12345})
     assert _parameters(frozen) == "1,234,567 (12,345 trainable)"
     assert _parameters(pd.Series({"num_parameters": None, "trainable_parameters": None})) == ""
+    lora = pd.Series(
+        {"num_parameters": 1234567, "trainable_parameters": 12345, "adapter_bytes": 52100}
+    )
+    assert _parameters(lora) == "1,234,567 (12,345 trainable; adapter 52.1 kB)"

@@ -88,12 +88,14 @@ def evaluate_once(
     utterances_csv: Pathlike,
     alignments_txt: Pathlike,
     run_hashes: Mapping[str, Any] | None = None,
+    adapter_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Write this artifact's evaluation: from the cache when ``key`` was decoded before,
     else by calling ``evaluate(summary_path=..., utterances_csv=..., alignments_txt=...)``
     (:func:`asrflow.evaluate.stages.evaluate_artifact` with its other arguments bound) and
     keeping its outputs under ``cache_dir/key``. A copy carries this artifact's own names,
-    ``package_files`` and ``run_hashes`` (what its weights were trained from), not the first's."""
+    ``package_files``, ``run_hashes`` (what its weights were trained from) and
+    ``adapter_bytes``, not the first's."""
     cache = Path(cache_dir)
     entry = cache / key
     outputs = dict(
@@ -101,7 +103,11 @@ def evaluate_once(
     )
     with file_lock(cache / f"{key}.lock"):
         if all((entry / name).is_file() for name in OUTPUTS):
-            own = {"package_files": dict(package_files), "run_hashes": run_hashes}
+            own = {
+                "package_files": dict(package_files),
+                "run_hashes": run_hashes,
+                "adapter_bytes": adapter_bytes,
+            }
             return _copy_shared(entry, outputs, run, artifact, eval_set, own)
         summary = evaluate(
             summary_path=summary_path, utterances_csv=utterances_csv, alignments_txt=alignments_txt

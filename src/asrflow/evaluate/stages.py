@@ -187,6 +187,7 @@ def _what_was_measured(
         "artifact_sha256": model.manifest["files"]["model.pth"],
         "package_files": dict(model.manifest["files"]),
         "run_hashes": run_hashes(model.manifest),
+        "adapter_bytes": adapter_bytes(model.manifest),
         "eval_cuts_sha256": scored_sha256(sha256_file(cuts_path), excluding),
         "contract": contract.to_dict(),
         "contract_sha256": contract_sha256(contract),
@@ -311,6 +312,12 @@ def run_hashes(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
     return (manifest.get("provenance") or {}).get("run_hashes")
 
 
+def adapter_bytes(manifest: Mapping[str, Any]) -> int | None:
+    """The size of a package's adapter-only export (a LoRA run's, :mod:`asrflow.export.adapter`),
+    for the report beside the trainable parameters; ``None`` for a package without one."""
+    return (manifest.get("adapter") or {}).get("bytes")
+
+
 def evaluate_artifact_once(
     package: Pathlike, cuts_path: Pathlike, *, cache_dir: Pathlike, **kwargs: Any
 ) -> dict[str, Any]:
@@ -339,6 +346,7 @@ def evaluate_artifact_once(
         eval_set=kwargs["eval_set"],
         package_files=files,
         run_hashes=run_hashes(manifest),
+        adapter_bytes=adapter_bytes(manifest),
         **outputs,
     )
 

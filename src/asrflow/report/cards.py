@@ -242,14 +242,19 @@ def details_of(rows: pd.DataFrame) -> Details:
 
 def _parameters(row: pd.Series) -> str:
     """``1,234,567``, or with part of them frozen (a fine-tuning run's init.freeze or
-    init.adapter) ``1,234,567 (12,345 trainable)``."""
+    init.adapter) ``1,234,567 (12,345 trainable)``, and for a LoRA run the size of its
+    adapter-only export: ``1,234,567 (12,345 trainable; adapter 52.1 kB)``."""
     total, trainable = row["num_parameters"], row.get("trainable_parameters")
     if missing(total):
         return ""
     text = f"{int(total):,}"
+    parts = []
     if not missing(trainable) and int(trainable) != int(total):
-        text += f" ({int(trainable):,} trainable)"
-    return text
+        parts.append(f"{int(trainable):,} trainable")
+    adapter = row.get("adapter_bytes")
+    if not missing(adapter):
+        parts.append(f"adapter {int(adapter) / 1000:,.1f} kB")
+    return text + (f" ({'; '.join(parts)})" if parts else "")
 
 
 def _notes(rows: pd.DataFrame) -> tuple[str, ...]:

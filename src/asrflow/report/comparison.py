@@ -142,6 +142,7 @@ COLUMNS = (
     "epochs",
     "num_parameters",
     "trainable_parameters",
+    "adapter_bytes",
     "precision",
     "world_size",
 )
@@ -249,6 +250,7 @@ def _eval_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
             **{k: summary.get(k) for k in COVERAGE},
             "excluded_by_reason": excluded_text(summary.get("excluded_by_reason")),
             "code_changed": ", ".join(summary.get("code_changed") or []) or None,
+            "adapter_bytes": summary.get("adapter_bytes"),
         }
     )
     return row
@@ -377,7 +379,8 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     for col in (*numeric, *seconds, "seconds_excluded"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     utterances = ("utterances_total", "utterances_scored", "utterances_excluded")
-    sizes = ("steps", "epochs", "num_parameters", "trainable_parameters", "world_size")
+    sizes = ("steps", "epochs", "num_parameters", "trainable_parameters", "adapter_bytes")
+    sizes += ("world_size",)
     for col in (*COUNTS, *utterances, *sizes):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in HASHES:  # text even where every value is missing (e.g. no start weights)
