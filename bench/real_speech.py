@@ -405,9 +405,32 @@ def markdown(result: dict[str, Any]) -> str:
             for fold, x in spread.items()
         ]
         lines += ["", "Held-out speaker WER over seeds, per fold: " + "; ".join(cells) + "."]
+    earlier = _earlier_rows(result)
+    if earlier:
+        lines += ["", "Rows measured by an earlier run of the benchmark: " + earlier + "."]
     if result.get("notes"):  # what the run's conditions were, added by whoever kept the file
         lines += ["", str(result["notes"])]
     return "\n".join(lines)
+
+
+def _earlier_rows(result: dict[str, Any]) -> str:
+    """The folds whose rows another run measured (a file merged from two runs: such rows carry
+    their own ``commit`` and ``date``), e.g. ``lucas, nicolas (commit c289af8, 2026-12-06)``.
+
+    >>> _earlier_rows({"commit": "b" * 40, "rows": [{"fold": "a", "commit": "c" * 40,
+    ...     "date": "2026-12-05"}, {"fold": "a", "commit": "c" * 40, "date": "2026-12-05"},
+    ...     {"fold": "z"}]})
+    'a (commit ccccccc, 2026-12-05)'
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in result["rows"]:
+        if r.get("commit") and r["commit"] != result["commit"]:
+            folds = groups.setdefault((r["commit"][:7], r.get("date", "")), [])
+            if r["fold"] not in folds:
+                folds.append(r["fold"])
+    return "; ".join(
+        f"{', '.join(folds)} (commit {commit}, {date})" for (commit, date), folds in groups.items()
+    )
 
 
 def _dotted(tree: dict[str, Any], prefix: str = "") -> str:

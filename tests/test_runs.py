@@ -142,6 +142,25 @@ def test_a_fine_tuning_run_takes_its_packages_model_config_and_rate(recipes, tmp
     assert dict(runs.frontend_rates(config, "c")) == {"a": 22050, "b": 8000}
 
 
+def test_only_a_run_with_adapters_exports_against_its_start_weights(recipes) -> None:
+    """A LoRA run's export also writes the change from its start weights (the rule's input
+    init_weights); a full fine-tune and a run from scratch do not depend on them at export."""
+    recipes("named", MODEL)
+    config = config_with_runs(
+        scratch={"recipe": "named"},
+        full={"recipe": "named", "init": {"model": "results/runs/base/export/last"}},
+        lora={
+            "recipe": "named",
+            "init": {"model": "results/runs/base/export/last", "adapter": {"rank": 2}},
+        },
+    )
+    assert [runs.trains_adapters(config, r) for r in ("scratch", "full", "lora")] == [
+        False,
+        False,
+        True,
+    ]
+
+
 def test_an_auto_runs_rate_follows_the_corpus_unless_overridden(recipes) -> None:
     config = config_with_runs(
         a={"recipe": "auto"}, b={"recipe": "auto", "overrides": {"frontend_conf": {"fs": 16000}}}
