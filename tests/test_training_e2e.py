@@ -443,6 +443,9 @@ def test_status_is_up_to_date_and_names_what_a_library_change_touches(trained, t
     assert proc.returncode == 0 and "up to date" in proc.stdout, proc.stdout + proc.stderr
     src = tmp_path / "src"  # a checkout whose scoring module was edited
     shutil.copytree(REPO / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    # the library reads its defaults from the checkout's schema (asrflow.settings.schema_file)
+    (tmp_path / "config").mkdir()
+    shutil.copy(REPO / "config/config.schema.yaml", tmp_path / "config")
     scoring = src / "asrflow/evaluate/scoring.py"
     original = scoring.read_text()
     scoring.write_text(original + "\n# an edit that changes nothing\n")
