@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from asrflow.checkpoints import read_model_state
 from asrflow.errors import AsrflowError
 from asrflow.export.find import PACKAGE_ADAPTER, PACKAGE_MANIFEST
 from asrflow.hashing import sha256_file
@@ -120,7 +121,7 @@ def write_adapter(
     """Write :data:`ADAPTER` into ``directory`` (a package being assembled) for the merged
     ``weights`` of a run that started from ``base_model`` (a ``model.pth``); returns the
     record for ``package.json``, after checking that the file rebuilds ``weights``."""
-    base = _load(base_model)
+    base, _ = read_model_state(base_model)
     diff = difference(weights, base)
     keys = list(weights)
     torch.save({"format": FORMAT, "keys": keys, "tensors": diff}, directory / ADAPTER)
@@ -175,7 +176,7 @@ def merge_adapter(package_dir: Pathlike, base_model: Pathlike) -> dict[str, torc
             f"{record['base_model_sha256'][:12]}... ({record['base_model']}); pass that model.pth"
         )
     stored = torch.load(path, map_location="cpu", weights_only=True)
-    return apply_difference(_load(base_model), stored["tensors"], stored["keys"])
+    return apply_difference(read_model_state(base_model)[0], stored["tensors"], stored["keys"])
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
@@ -183,17 +184,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise AsrflowError(f"{path}: not a readable package manifest ({exc})") from exc
-
-
-def _load(path: Pathlike) -> dict[str, torch.Tensor]:
-    """A plain ESPnet state dict (a package's ``model.pth``)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise AsrflowError(f"{path}: not a readable model.pth ({exc})") from exc
-    if not isinstance(state, dict):
-        raise AsrflowError(f"{path}: not a state dict; pass the base package's model.pth")
-    return state
 
 
 def _max_error(rebuilt: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor]) -> float:

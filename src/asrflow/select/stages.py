@@ -82,7 +82,8 @@ def export_run_artifact(
     trained LoRA adapters (``init.adapter``) from ``init_weights``, with the adapter-only export
     beside it (:mod:`asrflow.export.adapter`)."""
     source = artifact_source(artifact, summary, artifacts, averaged)
-    adapted = bool((read_json(summary).get("init") or {}).get("adapter"))
+    trained = read_json(summary)
+    adapted = bool((trained.get("init") or {}).get("adapter"))
     if adapted and init_weights is None:
         raise AsrflowError(
             f"{summary}: the run trained adapters, but its start weights were not given "
@@ -100,7 +101,7 @@ def export_run_artifact(
             "run_summary": str(summary),
             "source": str(source),
             # what the weights were trained from: the recipe, data, tokenizer and start weights
-            "run_hashes": read_json(summary).get("hashes"),
+            "run_hashes": trained.get("hashes"),
         },
         base_model=init_weights if adapted else None,
     )
