@@ -4,7 +4,12 @@ filled in exactly as Snakemake's validate fills them, and no module repeats them
 from __future__ import annotations
 
 import copy
+import os
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +122,35 @@ def test_an_invalid_config_is_one_readable_line():
 def test_the_schema_is_found_beside_the_package():
     assert schema_file() == SCHEMA_PATH
     assert Path(asrflow.__file__).resolve().parents[2] / "config" == SCHEMA_PATH.parent
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="builds the wheel with uv (README set-up)")
+def test_a_wheel_installed_outside_the_repository_reads_its_own_copy_of_the_schema(tmp_path):
+    subprocess.run(
+        ["uv", "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("asrflow-*.whl")
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)  # a pure-Python wheel installs by unpacking
+    assert (site / "asrflow" / "config.schema.yaml").read_bytes() == SCHEMA_PATH.read_bytes()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    probe = (
+        "import asrflow, asrflow.data.filter, asrflow.settings as s; "
+        "print(asrflow.__file__); print(s.schema_file())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    package = site / "asrflow"
+    assert out == [str(package / "__init__.py"), str(package / "config.schema.yaml")]
 
 
 def test_the_test_helper_gives_a_validated_config():

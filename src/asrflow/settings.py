@@ -21,19 +21,24 @@ from asrflow.types import Pathlike
 
 SCHEMA = Path("config") / "config.schema.yaml"
 """The config schema, relative to the repository root."""
+PACKAGED_SCHEMA = Path(__file__).resolve().parent / SCHEMA.name
+"""Where a wheel puts its copy of the schema (pyproject.toml's force-include)."""
 
 
 def schema_file() -> Path:
     """``config/config.schema.yaml`` of the repository this package is in (``src/asrflow/`` is
-    installed editable, or shared with the jobs, from the repository), else of the current
-    directory (Snakemake runs the workflow from its root)."""
+    installed editable, or shared with the jobs, from the repository), else the copy a wheel
+    ships inside the package, else the current directory's (Snakemake runs the workflow from
+    its root)."""
     here = Path(__file__).resolve().parents[2] / SCHEMA
-    for candidate in (here, Path.cwd() / SCHEMA):
+    candidates = (here, PACKAGED_SCHEMA, Path.cwd() / SCHEMA)
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
     raise AsrflowError(
-        f"the config schema is neither at {here} nor at {Path.cwd() / SCHEMA}: asrflow reads it "
-        "from the repository it is installed from (pip install -e .); run from the repository root"
+        f"the config schema is at none of {', '.join(map(str, candidates))}: install asrflow "
+        "from its repository (uv sync, pip install -e .) or from a wheel built there, or run "
+        "from the repository root"
     )
 
 
