@@ -1,7 +1,7 @@
 """Benchmark: asrflow's training loop against ESPnet2's own trainer and a bare loop, in one process.
 
 Trains the same ESPnet2 model (the recipe's ESPnet keys, built by ``ASRTask.build_model`` as
-asrflow builds it: :func:`asrflow.train.model.build_model`) on the same train cuts, in the same
+asrflow builds it: :func:`asrflow.train.loop.model.build_model`) on the same train cuts, in the same
 process with the same torch threads, with these loops, each for ``--warmup`` + ``--steps``
 optimizer steps:
 
@@ -10,8 +10,8 @@ optimizer steps:
   ``text_shape.bpe`` files of ``asr.sh``), ``--batch_type numel`` (or ``folded``) with the batch
   size chosen so that its batches hold as many audio seconds on average as asrflow's; the same
   optimizer (AdamW), grad clip and DataLoader workers as the recipe;
-- ``asrflow``: the Lightning Trainer that ``rule train`` builds (:func:`asrflow.train.parts.
-  build_trainer_parts` and :func:`asrflow.train.runner._trainer`: Lhotse loader, CSV and
+- ``asrflow``: the Lightning Trainer that ``rule train`` builds (:func:`asrflow.train.loop.parts.
+  build_trainer_parts` and :func:`asrflow.train.run.runner._trainer`: Lhotse loader, CSV and
   TensorBoard loggers, callbacks, diagnostics), validating once, after the timed steps;
 - ``bare loop``: forward, backward, grad clip, AdamW step (and the LR scheduler's) in a plain
   ``for`` loop on the same model, on batches loaded beforehand: asrflow's (the very batches its
@@ -490,10 +490,10 @@ def run_asrflow(
 
     from asrflow.artifacts import CHECKPOINTS, LAST_CHECKPOINT
     from asrflow.train.cluster import cpu_fallback
-    from asrflow.train.failures import PreemptionCheckpoint, RankFailures
-    from asrflow.train.parts import build_trainer_parts
-    from asrflow.train.runner import _trainer
-    from asrflow.train.trainer import trainer_kwargs
+    from asrflow.train.loop.failures import PreemptionCheckpoint, RankFailures
+    from asrflow.train.loop.parts import build_trainer_parts
+    from asrflow.train.loop.trainer import trainer_kwargs
+    from asrflow.train.run.runner import _trainer
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -538,7 +538,7 @@ def run_asrflow(
 
 def asrflow_batches(spec: RunSpec, recipe: Recipe, work: Path, n: int) -> list[dict[str, Any]]:
     """The first ``n`` batches of asrflow's train loader, epochs as Lightning sets them."""
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
 
     parts = build_trainer_parts(spec, recipe, work)
     loader, batches, epoch = parts["train_loader"], [], 0
@@ -565,9 +565,9 @@ def run_bare(
     Lightning's bf16-mixed)."""
     import lightning as L
 
-    from asrflow.train.loss import per_token
-    from asrflow.train.model import build_model
-    from asrflow.train.schedule import build_optimizer, build_scheduler
+    from asrflow.train.loop.loss import per_token
+    from asrflow.train.loop.model import build_model
+    from asrflow.train.loop.schedule import build_optimizer, build_scheduler
 
     timed.launched = time.perf_counter()
     L.seed_everything(recipe.trainer.seed, verbose=False)
@@ -635,8 +635,8 @@ def flops_per_audio_second(
     counts them: matrix multiplies and convolutions) per second of audio, over ``batches``."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from asrflow.train.loss import per_token
-    from asrflow.train.model import build_model
+    from asrflow.train.loop.loss import per_token
+    from asrflow.train.loop.model import build_model
 
     model, _ = build_model(recipe.model, spec.tokens, spec.bpe_model)
     model.to(device).train()
@@ -983,7 +983,7 @@ def loading_seconds(
 ) -> dict[str, float]:
     """Median seconds to load one batch in this process: asrflow's dataset on its sampler's
     batches, ESPnet2's iterator with ``--num_workers 0`` (what a worker spends on a batch)."""
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
 
     parts = build_trainer_parts(spec, recipe, work)
     loader = parts["train_loader"]
@@ -1095,7 +1095,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
     from asrflow.train.batches.loader import load_train_cuts
-    from asrflow.train.model import build_model, num_parameters
+    from asrflow.train.loop.model import build_model, num_parameters
 
     started, load_before = datetime.datetime.now().astimezone(), load()
     overrides = dotted_overrides(args.set)  # e.g. batching.num_buckets=30

@@ -94,7 +94,7 @@ def train_package(out: Path, speakers: list[str], steps: int, seed: int) -> Path
     from asrflow.export.package import export_package
     from asrflow.tokenizer import TokenizerConfig, train_tokenizer
     from asrflow.tokens import TokenEncoder
-    from asrflow.train.model import build_model
+    from asrflow.train.loop.model import build_model
 
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)

@@ -1,8 +1,8 @@
 """Benchmark: how much of the forward's input is padding, by ``batching.num_buckets``.
 
-Runs the recipe's train sampler (:func:`asrflow.train.audit.sampled_batches`, what the batch
-audit and ``rule train`` draw) over the train cuts for ``--epochs`` epochs at each bucket count,
-without reading audio, and prints per count: the duration bins Lhotse estimated, batches per
+Runs the recipe's train sampler (:func:`asrflow.train.preflight.audit.sampled_batches`, what the
+batch audit and ``rule train`` draw) over the train cuts for ``--epochs`` epochs at each bucket
+count, without reading audio, and prints per count: the duration bins Lhotse estimated, batches per
 epoch, audio seconds per batch, ``padding_share`` (the padding of all batches together: the share
 of the padded audio that the forward spends on padding, as the batch audit reports it), the
 per-batch median padding ratio and the widest bucket. The time a step spends on padding grows
@@ -46,7 +46,7 @@ RECIPE = "config/recipes/demo_conformer.yaml"
 def sweep_row(cuts: Any, span: tuple[float, float], batching: Any, epochs: int) -> dict[str, Any]:
     """One bucket count's figures (see the module docstring); ``span``: the shortest and the
     longest cut's duration (the outer edges of the buckets)."""
-    from asrflow.train.audit import padding_share, sampled_batches
+    from asrflow.train.preflight.audit import padding_share, sampled_batches
 
     no_tokens: dict[str, int] = collections.defaultdict(int)  # padding needs no transcript
     batches, per_epoch, bins = sampled_batches(cuts, batching, no_tokens, epochs)

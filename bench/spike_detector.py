@@ -1,7 +1,7 @@
 """Benchmark: does the loss-spike detector stay quiet on clean data and find planted errors?
 
 Trains the demo run (``config/config.yaml``'s demo corpus, its tokenizer and the
-``demo_conformer`` recipe) twice through :func:`asrflow.train.runner.train_run`, the function
+``demo_conformer`` recipe) twice through :func:`asrflow.train.run.runner.train_run`, the function
 ``rule train`` calls: once on the clean train split and once on a copy in which ``--plant``
 utterances carry another utterance's transcript (a donor of similar duration whose words barely
 overlap; the donor keeps its own). Prints per run: steps, steps flagged as spikes (and %), wall
@@ -104,7 +104,7 @@ def plant_wrong_transcripts(train: Path, out: Path, count: int, seed: int) -> li
 
 
 def train(name: str, workdir: Path, data: dict[str, Path], train_cuts: Path, steps: int | None):
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from asrflow.train.spec import RunSpec
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))
@@ -129,7 +129,7 @@ def train(name: str, workdir: Path, data: dict[str, Path], train_cuts: Path, ste
 
 def full_ranking(work: Path) -> list[dict[str, Any]]:
     """Every suspect of a run, from the detector state its ``last.ckpt`` holds."""
-    from asrflow.train.diagnostics import Diagnostics
+    from asrflow.train.loop.diagnostics import Diagnostics
 
     ckpt = torch.load(work / "checkpoints/last.ckpt", weights_only=True, map_location="cpu")
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,9 +148,9 @@ def loss_census(
     from asrflow.text import TextNormalization
     from asrflow.tokens import TokenEncoder
     from asrflow.train.batches.loader import AsrDataset
-    from asrflow.train.diagnostics import robust_center
-    from asrflow.train.model import build_model
-    from asrflow.train.module import UtteranceLossTap
+    from asrflow.train.loop.diagnostics import robust_center
+    from asrflow.train.loop.model import build_model
+    from asrflow.train.loop.module import UtteranceLossTap
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))
     recipe = load_recipe(REPO / f"config/recipes/{RECIPE}.yaml")

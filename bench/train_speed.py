@@ -1,7 +1,7 @@
 """Benchmark: optimizer steps per second of a recipe under several precisions, in one process.
 
 Trains the run's model for ``--steps`` optimizer steps per precision on the run's own data (the
-same model, module, sampler and loader as ``rule train``, :func:`asrflow.train.parts.
+same model, module, sampler and loader as ``rule train``, :func:`asrflow.train.loop.parts.
 build_trainer_parts`), without validation or checkpoints, and prints per precision: median and
 mean seconds per step after ``--warmup`` steps, audio seconds trained per wall second, peak GPU
 memory, and the speed ratio against the first precision listed. Compare ratios measured in one
@@ -35,7 +35,7 @@ import torch
 
 from asrflow.recipe.load import load_recipe
 from asrflow.recipe.mappings import deep_merge, dotted_overrides
-from asrflow.train.parts import build_trainer_parts
+from asrflow.train.loop.parts import build_trainer_parts
 from asrflow.train.spec import RunSpec
 
 NORMALIZATION = {"lowercase": True, "strip_punctuation": True, "keep": "'"}

@@ -86,7 +86,7 @@ def train_loader(
     memory (PyTorch's own collation of ``batch_size=None``)."""
     from torch.utils.data._utils.collate import default_convert
 
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
 
     spec, recipe = run_spec(args, workers)
     loader = build_trainer_parts(spec, recipe, work)["train_loader"]
@@ -119,9 +119,9 @@ def bare_loop(
     seconds per step and per forward of the steps after ``warmup``."""
     import lightning as L
 
-    from asrflow.train.loss import per_token
-    from asrflow.train.model import build_model
-    from asrflow.train.schedule import build_optimizer
+    from asrflow.train.loop.loss import per_token
+    from asrflow.train.loop.model import build_model
+    from asrflow.train.loop.schedule import build_optimizer
 
     L.seed_everything(recipe.trainer.seed, verbose=False)
     model, _ = build_model(recipe.model, spec.tokens, spec.bpe_model)

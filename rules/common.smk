@@ -15,7 +15,7 @@ from asrflow.replicas import expand_replicas, replica_runs
 from asrflow.settings import config_error_message, with_first_run_as_baseline
 from asrflow.recipe.load import AUDIT_SECTIONS
 from asrflow.recipe.rules import RULES_VERSION
-from asrflow.train.launch import train_resources
+from asrflow.train.run.launch import train_resources
 from asrflow.workflow import share_package_with_jobs
 
 share_package_with_jobs(f"{workflow.basedir}/src")
@@ -221,7 +221,7 @@ def run_runtime(wildcards, attempt):
 
 def run_slurm(resource):
     """A resource function: the train job's `resource` for SLURM (gpu, cpus_per_gpu, nodes, and
-    for a run whose ranks srun starts mpi, tasks_per_node, ...; asrflow.train.launch), None
+    for a run whose ranks srun starts mpi, tasks_per_node, ...; asrflow.train.run.launch), None
     (unset) where its launch does not use it."""
 
     def value(wildcards):

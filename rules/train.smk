@@ -94,7 +94,7 @@ checkpoint train:
         "../envs/asrflow.yaml"
     threads: run_threads
     # One task in which Lightning starts the ranks of its node; or, on several nodes (launcher
-    # srun), an MPI-style job whose script starts one srun task per device (asrflow.train.launch).
+    # srun), an MPI-style job whose script starts one srun task per device (asrflow.train.run.launch).
     resources:
         gpu=run_slurm("gpu"),
         cpus_per_gpu=run_slurm("cpus_per_gpu"),

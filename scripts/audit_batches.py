@@ -1,6 +1,6 @@
-"""Snakemake adapter of rule audit_batches -> asrflow.train.audit.audit_run."""
+"""Snakemake adapter of rule audit_batches -> asrflow.train.preflight.audit.audit_run."""
 
-from asrflow.train.audit import audit_run
+from asrflow.train.preflight.audit import audit_run
 from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
 

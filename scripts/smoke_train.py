@@ -1,6 +1,6 @@
-"""Snakemake adapter of rule smoke_train -> asrflow.train.preflight.smoke_run."""
+"""Snakemake adapter of rule smoke_train -> asrflow.train.preflight.smoke.smoke_run."""
 
-from asrflow.train.preflight import smoke_run
+from asrflow.train.preflight.smoke import smoke_run
 from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
 

@@ -1,8 +1,8 @@
-"""Snakemake adapter of rule train -> asrflow.train.runner.train_run, in this process (Lightning
-starts any other ranks) or on one srun task per device (asrflow.train.launch.srun_train)."""
+"""Snakemake adapter of rule train -> asrflow.train.run.runner.train_run, in this process (Lightning
+starts any other ranks) or on one srun task per device (asrflow.train.run.launch.srun_train)."""
 
-from asrflow.train.launch import SrunLaunch, srun_train
-from asrflow.train.runner import train_run
+from asrflow.train.run.launch import SrunLaunch, srun_train
+from asrflow.train.run.runner import train_run
 from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
 

@@ -161,7 +161,7 @@ def test_the_test_helper_gives_a_validated_config():
 
 # --- no copies of the schema's defaults ------------------------------------------------------
 
-READERS = ("runs.py", "train/launch.py", "train/init.py")
+READERS = ("runs.py", "train/run/launch.py", "train/init/weights.py")
 """Modules that read the validated config (settings.py's own docstring names the pattern)."""
 
 DEFAULTED_GET = re.compile(r"""\.get\(\s*["'](\w+)["']\s*,\s*([^)]*)\)""")

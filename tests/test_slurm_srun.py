@@ -3,8 +3,8 @@
 The run asks for 2 devices on 1 node with ``launcher: srun``: the profile submits it as one SLURM
 job with two tasks (``sbatch --nodes=1 --ntasks-per-node=2``), the plugin runs the job's script
 once in the batch step, and the script starts the two ranks with ``srun``
-(:mod:`asrflow.train.launch`). Several nodes take the same path with ``--nodes N``, but CI has one
-node, so that is not tested here.
+(:mod:`asrflow.train.run.launch`). Several nodes take the same path with ``--nodes N``, but CI has
+one node, so that is not tested here.
 
 Only the train job goes to SLURM: the steps before it (data, tokenizer, audit, smoke run) run
 locally first. Test-only: the CI node has one fake GPU, so the job asks for one

@@ -21,7 +21,7 @@ from asrflow.data.cuts import save_cuts
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder, greedy_ctc
-from asrflow.train.model import build_model
+from asrflow.train.loop.model import build_model
 from tests.cuts import audio_less_cut
 from tests.e2e import built_once
 

@@ -1,8 +1,8 @@
 """Reading the ESPnet model's weights from a checkpoint file: the one loader of asrflow.
 
 Averaging (:mod:`asrflow.select.average`), export (:mod:`asrflow.export.package`) and
-fine-tuning (:mod:`asrflow.train.init`) all start from "the ESPnet model's state dict in this
-file". The file is one of:
+fine-tuning (:mod:`asrflow.train.init.weights`) all start from "the ESPnet model's state dict in
+this file". The file is one of:
 
 - a **Lightning checkpoint** of asrflow's ``AsrModule`` (``*.ckpt``): a mapping whose
   ``state_dict`` holds the ESPnet model as ``self.model``, so every key carries the
@@ -29,7 +29,7 @@ mid-write) has no zip directory at its end and is refused the same way, with
 ``torch.load``.
 
 Why LoRA is merged here. A run with ``init.adapter`` trains low-rank adapters beside frozen
-linear layers (:mod:`asrflow.train.adapters`); its checkpoints hold, for each adapted layer,
+linear layers (:mod:`asrflow.train.init.adapters`); its checkpoints hold, for each adapted layer,
 ``<layer>.weight``, ``<layer>.lora_A``, ``<layer>.lora_B`` and ``<layer>.lora_scaling``.
 :func:`read_model_state` returns the model they compute, ``weight + scaling * B @ A``, as a
 plain state dict (:func:`merge_lora`), so averaging averages the models (not the two factors
@@ -57,8 +57,8 @@ from asrflow.types import Pathlike
 if TYPE_CHECKING:
     import torch
 
-# torch is imported where it is used: asrflow.train.init imports this module and must stay cheap
-# to import (its find_weights runs in Snakemake input functions).
+# torch is imported where it is used: asrflow.train.init.weights imports this module and must stay
+# cheap to import (its find_weights runs in Snakemake input functions).
 
 LIGHTNING_PREFIX = "model."
 """Prefix of the ESPnet model's keys in an ``AsrModule`` checkpoint's ``state_dict``

@@ -7,7 +7,7 @@ the package the parent's selection chose. The child's training then takes those 
 inputs, so the DAG holds the edge: a parent that retrains and selects new weights retrains its
 children; one whose selection comes out byte-identical reruns none of them. ``init.run`` stays
 beside ``init.model`` for the record (the child's ``summary.json`` names the parent run and the
-package's own lineage: :mod:`asrflow.train.init`).
+package's own lineage: :mod:`asrflow.train.init.weights`).
 
 Example::
 

@@ -20,7 +20,7 @@ from asrflow.recipe.checks import (
 from asrflow.recipe.load import effective_batch_seconds, load_recipe, scaled_lr, update_budget
 from asrflow.recipe.mappings import deep_merge, dotted_overrides
 from asrflow.recipe.sections import Criterion, LossConfig, SchedulerConfig, TrainerConfig
-from asrflow.train.trainer import trainer_kwargs
+from asrflow.train.loop.trainer import trainer_kwargs
 from tests.train.tiny_espnet import build_asr_model, num_parameters
 
 RECIPES = Path(__file__).parents[2] / "config" / "recipes"

@@ -26,7 +26,7 @@ def sha(tag: str) -> str:
 
 
 def summary(**over) -> dict:
-    """A train summary as asrflow.train.runner writes it (the parts the comparison reads)."""
+    """A train summary as asrflow.train.run.runner writes it (the parts the comparison reads)."""
     s = {
         "run": "a",
         "status": "completed",
@@ -72,7 +72,7 @@ def record(**over) -> dict:
         "code": {
             "git": {"commit": "abc", "dirty": False},
             "script": {"path": "scripts/train.py", "sha256": sha("s")},
-            "modules": {"asrflow.train.module": sha("m"), "asrflow.train.loss": sha("l")},
+            "modules": {"asrflow.train.loop.module": sha("m"), "asrflow.train.loop.loss": sha("l")},
         },
         "packages": {"python": "3.12.3", "torch": "2.5.1", "espnet": "202412"},
     }
@@ -141,16 +141,17 @@ def test_start_weights_code_and_packages():
     b["hashes"]["start_weights"] = sha("w")
     rb = record()
     rb["code"]["modules"] = {
-        "asrflow.train.module": sha("M"),  # changed
-        "asrflow.train.loss": sha("l"),
-        "asrflow.train.init": sha("i"),  # imported by this run only: a code path, not a change
+        "asrflow.train.loop.module": sha("M"),  # changed
+        "asrflow.train.loop.loss": sha("l"),
+        # imported by this run only: a code path, not a change
+        "asrflow.train.init.weights": sha("i"),
     }
     rb["code"]["git"] = {"commit": "def", "dirty": True}  # the commit alone is no change
     rb["packages"] = {"python": "3.12.3", "torch": "2.6.0", "espnet": "202412"}
     changes = what_changed(a, b, record(), rb)
     assert changes.categories == ("start_weights", "code", "packages")
     assert changes.get("start_weights").details == ("none -> wwwwwwww",)
-    assert changes.get("code").details == ("asrflow.train.module",)
+    assert changes.get("code").details == ("asrflow.train.loop.module",)
     assert changes.get("packages").details == ("torch 2.5.1 -> 2.6.0",)
     assert changes.confounded
     # code and packages are compared only where both runs have a record

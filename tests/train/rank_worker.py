@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from asrflow.errors import AsrflowError
-from asrflow.train.module import AsrModule
-from asrflow.train.runner import train_run
+from asrflow.train.loop.module import AsrModule
+from asrflow.train.run.runner import train_run
 from asrflow.types import Pathlike
 from tests.train.tiny_run import spec_from_json
 
@@ -82,8 +82,8 @@ def record_batches(
 def record_writes(root: Pathlike) -> None:
     """Log to ``<root>/writes.jsonl`` every summary, identity file and provenance record this
     process writes (its PID and ``LOCAL_RANK``, the path)."""
-    import asrflow.train.outcome
-    import asrflow.train.workdir
+    import asrflow.train.run.outcome
+    import asrflow.train.run.workdir
     import asrflow.workflow
 
     def logged(write):
@@ -100,8 +100,8 @@ def record_writes(root: Pathlike) -> None:
         return wrapper
 
     for module, name in (
-        (asrflow.train.outcome, "write_json"),
-        (asrflow.train.workdir, "write_json"),
+        (asrflow.train.run.outcome, "write_json"),
+        (asrflow.train.run.workdir, "write_json"),
         (asrflow.workflow, "write_record"),
     ):
         setattr(module, name, logged(getattr(module, name)))

@@ -1,4 +1,4 @@
-"""Tests for asrflow.train.adapters (LoRA for fine-tuning runs) and the merge in
+"""Tests for asrflow.train.init.adapters (LoRA for fine-tuning runs) and the merge in
 asrflow.checkpoints that turns an adapted checkpoint into plain ESPnet weights."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from asrflow.checkpoints import merge_lora, read_model_state
 from asrflow.errors import AsrflowError
-from asrflow.train.adapters import add_adapters
+from asrflow.train.init.adapters import add_adapters
 from tests.configs import run_settings
 from tests.train.tiny_espnet import TINY_CTC_MODEL, build_asr_model
 
@@ -113,7 +113,7 @@ def test_a_lora_run_trains_only_its_adapters_and_exports_plain_weights(tmp_path)
 
     import lightning as L
 
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 

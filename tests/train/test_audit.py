@@ -1,4 +1,5 @@
-"""Tests for asrflow.train.audit: batch statistics without audio, the CV warning, the files."""
+"""Tests for asrflow.train.preflight.audit: batch statistics without audio, the CV warning,
+the files."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
-from asrflow.train.audit import BatchStats, audit_batches, batch_stats, describe, summarize
+from asrflow.train.preflight.audit import (
+    BatchStats,
+    audit_batches,
+    batch_stats,
+    describe,
+    summarize,
+)
 from tests.cuts import audio_less_cut
 
 NORM = TextNormalization()
@@ -122,7 +129,7 @@ def test_the_audit_counts_the_unk_train_targets_and_warns(tmp_path: Path, caplog
     }
     env = setup(tmp_path, EVEN)  # a tokenizer of a and b only
     save_cuts(make_cuts(["ab ca"] * 4 + ["ab ba"] * 8), env.cuts_path)
-    with caplog.at_level(logging.WARNING, logger="asrflow.train.audit"):
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.preflight.audit"):
         report = run(env, "token")
     assert report["unk_tokens"]["unk"] == 4 and report["unk_tokens"]["words"] == ["ca"]
     [warning] = report["warnings"]
@@ -155,7 +162,7 @@ def test_padding_share_weighs_batches_by_their_padded_audio(tmp_path: Path):
 @pytest.mark.parametrize("mode", ["utterance", "sum"])
 def test_warns_on_uneven_tokens_without_token_normalization(tmp_path: Path, caplog, mode):
     env = setup(tmp_path, UNEVEN)
-    with caplog.at_level(logging.WARNING, logger="asrflow.train.audit"):
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.preflight.audit"):
         report = run(env, mode)
     assert len(report["warnings"]) == 1
     warning = report["warnings"][0]
@@ -170,7 +177,7 @@ def test_warns_on_uneven_tokens_without_token_normalization(tmp_path: Path, capl
 
 def test_no_warning_with_token_normalization(tmp_path: Path, caplog):
     env = setup(tmp_path, UNEVEN)
-    with caplog.at_level(logging.WARNING, logger="asrflow.train.audit"):
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.preflight.audit"):
         report = run(env, "token")
     assert report["warnings"] == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -233,7 +240,7 @@ def test_mismatched_token_list_fails_fast(tmp_path: Path):
 def test_sampled_batches_are_the_audits_batches(tmp_path: Path):
     # the batches padding_sweep.py reads are those the audit reports: 1 + 3 s and 4 + 4 s
     from asrflow.recipe.batching import Batching
-    from asrflow.train.audit import sampled_batches
+    from asrflow.train.preflight.audit import sampled_batches
 
     cuts = make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0])
     settings = Batching(max_duration=8.0, num_buckets=2, shuffle=False)

@@ -18,7 +18,7 @@ from asrflow.train.cluster import (
     detect_cluster,
     threads_per_rank,
 )
-from asrflow.train.runner import train_run
+from asrflow.train.run.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
 
@@ -354,7 +354,7 @@ def test_train_run_sets_each_rank_to_its_share_of_the_threads(
 ):
     """A CPU run of 2 devices in a one-task SLURM job of 6 threads: 3 threads for the rank
     started by hand and for the one Lightning's launcher starts (stopped before training)."""
-    import asrflow.train.runner
+    import asrflow.train.run.runner
 
     env = slurm(1, 1, 1, procid=0)
     if local_rank is not None:
@@ -362,12 +362,12 @@ def test_train_run_sets_each_rank_to_its_share_of_the_threads(
     for key, value in env.items():
         clean_env.setenv(key, value)
     clean_env.setenv("OMP_NUM_THREADS", "6")  # what Snakemake sets
-    clean_env.setattr(asrflow.train.runner, "claim_work_dir", lambda *a, **k: None)
+    clean_env.setattr(asrflow.train.run.runner, "claim_work_dir", lambda *a, **k: None)
 
     def stop(*args, **kwargs):
         raise RuntimeError("stopped before training")
 
-    clean_env.setattr(asrflow.train.runner, "build_trainer_parts", stop)
+    clean_env.setattr(asrflow.train.run.runner, "build_trainer_parts", stop)
     torch.set_num_threads(6)
     with caplog.at_level(logging.INFO), pytest.raises(RuntimeError, match="stopped"):
         train_run(

@@ -365,7 +365,7 @@ def test_mix_refuses_bad_weights_and_empty_corpora():
 
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_epoch_mix_sampler_batches_each_epochs_mix_once_across_ranks(world_size: int):
-    from asrflow.train.resume import SkippingSampler
+    from asrflow.train.loop.resume import SkippingSampler
 
     sets = [fake_cuts(40, "a"), fake_cuts(200, "b", seed=5)]
 

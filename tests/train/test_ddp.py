@@ -207,7 +207,7 @@ def test_sharded_validation_equals_single_process_validation(ddp_run, tmp_path):
     import lightning as L
 
     from asrflow.recipe.load import load_recipe
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
 
     spec, root, overrides, _ = ddp_run
     summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))

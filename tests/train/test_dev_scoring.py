@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asrflow.train.dev_scoring import SUMS, DevTally, dev_metrics
+from asrflow.train.loop.dev_scoring import SUMS, DevTally, dev_metrics
 
 REFS = {"a": "one two three", "b": "four five"}
 

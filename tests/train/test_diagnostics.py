@@ -1,6 +1,6 @@
 import json
 
-from asrflow.train.diagnostics import MIN_HISTORY, Diagnostics
+from asrflow.train.loop.diagnostics import MIN_HISTORY, Diagnostics
 
 
 def test_spike_is_logged_with_its_utterance_ids(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrflow.train.failures import (
+from asrflow.train.loop.failures import (
     DIVERGED,
     OUT_OF_MEMORY,
     NonFiniteGuard,
@@ -20,8 +20,8 @@ from asrflow.train.failures import (
     TrainingDiverged,
     result_failure,
 )
-from asrflow.train.module import AsrModule
-from asrflow.train.runner import train_run
+from asrflow.train.loop.module import AsrModule
+from asrflow.train.run.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
 
@@ -167,7 +167,7 @@ def test_post_waits_at_most_ack_seconds_for_a_rank_that_has_gone(caplog):
     alone = RankFailures(poll_seconds=0.02, ack_seconds=0.3)
     alone.attach(store, 0, 2)  # rank 1 never watches: it has exited
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="asrflow.train.failures"):
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.loop.failures"):
         assert alone.post(DIVERGED, "TrainingDiverged: ...")
     assert time.monotonic() - started < 5.0
     assert "not every rank acknowledged" in caplog.text

@@ -1,4 +1,4 @@
-"""Tests for asrflow.train.init: starting a run from existing weights (fine-tuning)."""
+"""Tests for asrflow.train.init.weights: starting a run from existing weights (fine-tuning)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from asrflow.errors import AsrflowError
 from asrflow.export.find import check_token_list, find_weights, tracked_weights
-from asrflow.train.init import MAX_LISTED, InitConfig, InitMismatch, apply_init, select_keys
+from asrflow.train.init.weights import MAX_LISTED, InitConfig, InitMismatch, apply_init, select_keys
 from tests.configs import run_settings
 from tests.train.tiny_espnet import TINY_CTC_MODEL, TOKENS, build_asr_model
 
@@ -69,7 +69,7 @@ def test_a_saved_state_dict_loads_into_another_model(models, fresh, source_pth):
 
 
 def test_the_record_has_the_sha256_of_the_weights_file(fresh, source_pth, caplog):
-    with caplog.at_level(logging.INFO, logger="asrflow.train.init"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.init.weights"):
         record = apply_init(fresh, init({"model": str(source_pth.parent)}))
     assert record["weights_sha256"] == hashlib.sha256(source_pth.read_bytes()).hexdigest()
     assert record["model"] == str(source_pth.parent)
@@ -390,7 +390,7 @@ def test_a_new_token_list_starts_the_output_layers_fresh(models, fresh, tmp_path
     other = tmp_path / "other.txt"
     other.write_text("\n".join([*TOKENS[:5], "zz", *TOKENS[6:]]) + "\n", encoding="utf-8")
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
-    with caplog.at_level(logging.WARNING, logger="asrflow.train.init"):
+    with caplog.at_level(logging.WARNING, logger="asrflow.train.init.weights"):
         record = apply_init(fresh, init({"model": str(pkg)}), tokens=other)
     assert record["vocabulary"]["same"] is False
     assert record["vocabulary"]["output_layers"] == "fresh"
@@ -436,7 +436,7 @@ def test_a_frozen_encoder_keeps_its_weights_through_a_training_step(tmp_path):
 
     import lightning as L
 
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 

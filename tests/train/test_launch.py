@@ -1,4 +1,5 @@
-"""asrflow.train.launch without SLURM: what the train job asks for, the srun line, the job file."""
+"""asrflow.train.run.launch without SLURM: what the train job asks for, the srun line, the
+job file."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from asrflow.errors import AsrflowError
-from asrflow.train.launch import (
+from asrflow.train.run.launch import (
     SrunLaunch,
     job_file,
     launcher,
@@ -149,7 +150,7 @@ def test_srun_command_line():
         "8",
         "/venv/bin/python",
         "-m",
-        "asrflow.train.launch",
+        "asrflow.train.run.launch",
         "/w/big.srun.json",
     ]
     assert "--cpus-per-task" not in SrunLaunch(1, 2).command("j.json")
@@ -179,7 +180,7 @@ def test_srun_train_runs_srun_and_reports_a_failure(tmp_path):
     args = (SrunLaunch(2, 4, 8), SPEC, work, tmp_path / "out", tmp_path / "s.json")
     srun_train(*args, threads=32, log_path="logs/train/big.log", python="py", run=fake_run)
     assert calls[0][:4] == ["srun", "--nodes", "2", "--ntasks-per-node"]
-    assert calls[0][-2:] == ["asrflow.train.launch", str(job_file(work))]
+    assert calls[0][-2:] == ["asrflow.train.run.launch", str(job_file(work))]
     assert read_job(job_file(work))["spec"] == SPEC
     with pytest.raises(AsrflowError) as failed:
         srun_train(*args, threads=32, log_path="logs/train/big.log", python="py", run=fake_run)
@@ -217,7 +218,7 @@ def test_srun_train_without_srun_says_so(tmp_path, monkeypatch):
 
 
 def test_worker_logs_to_its_rank_file_and_trains(tmp_path, monkeypatch):
-    import asrflow.train.runner as runner
+    import asrflow.train.run.runner as runner
 
     trained = []
     monkeypatch.setattr(

@@ -1,4 +1,4 @@
-"""asrflow.train.loggers: a metrics row as one TensorBoard event, read back as Lightning's."""
+"""asrflow.train.loop.loggers: a metrics row as one TensorBoard event, read back as Lightning's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from asrflow.train.loggers import RowTensorBoardLogger
+from asrflow.train.loop.loggers import RowTensorBoardLogger
 
 ROWS = [
     (0, {"train/loss": 4.5, "train/grad_norm": torch.tensor(2.25), "lr": 1e-4, "epoch": 0}),

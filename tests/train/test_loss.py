@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from asrflow.errors import AsrflowError
-from asrflow.train.loss import global_token_count, normalize_loss, per_token
+from asrflow.train.loop.loss import global_token_count, normalize_loss, per_token
 from tests.train.tiny_espnet import TINY_CTC_MODEL, build_asr_model
 
 SECONDS = (0.25, 0.5, 1.0, 2.0)

@@ -12,8 +12,8 @@ import dataclasses
 
 from asrflow.data.cuts import load_cuts, save_cuts
 from asrflow.train.batches.loader import mix_epoch
-from asrflow.train.module import AsrModule
-from asrflow.train.runner import train_run
+from asrflow.train.loop.module import AsrModule
+from asrflow.train.run.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
 WEIGHTS = [1.0, 3.0]
@@ -82,8 +82,8 @@ def test_sharded_weighted_corpora_train_on_each_epochs_shard_mix_and_audit_it(
     """The same on shards (issue 16): the epoch is mix_shards' plan, repeats under new IDs,
     and the batch audit audits the shard batches."""
     from asrflow.data.shards import ShardSettings, shard_fields, write_shards
-    from asrflow.train.audit import audit_run
     from asrflow.train.batches.shard_stream import mix_shards
+    from asrflow.train.preflight.audit import audit_run
 
     spec = _two_corpora(tmp_path / "data")
     dirs = [tmp_path / "shards0", tmp_path / "shards1"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from asrflow.tokens import greedy_ctc
-from asrflow.train.resume import ExactResume, SkippingSampler
+from asrflow.train.loop.resume import ExactResume, SkippingSampler
 
 
 def test_greedy_ctc_collapses_repeats_drops_blanks_and_respects_lengths():
@@ -45,7 +45,7 @@ def test_logged_grad_norm_is_the_total_norm_before_clipping(tmp_path, algorithm:
     import lightning as L
     from lightning.pytorch.utilities import grad_norm
 
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
@@ -83,12 +83,12 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path, caplog):
     import logging
 
     from asrflow.recipe.load import load_recipe
-    from asrflow.train.runner import train_run
-    from asrflow.train.schedule import build_optimizer, build_scheduler
+    from asrflow.train.loop.schedule import build_optimizer, build_scheduler
+    from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
     assert summary["status"] == "completed" and summary["steps"] == 4
     with open(tmp_path / "work/csv/metrics.csv", newline="", encoding="utf-8") as f:
@@ -121,7 +121,7 @@ def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
     """A rank that has run out of shards trains on a filler (asrflow.train.batches.shard_stream):
     zero loss, zero gradient, nothing logged."""
     from asrflow.train.batches.shard_stream import FILLER
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
@@ -154,7 +154,7 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
     from asrflow.data.cuts import load_cuts
     from asrflow.data.shards import ShardSettings, write_shards
     from asrflow.train.batches.shard_stream import ShardLoader
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
@@ -176,7 +176,7 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
 
 def test_noise_augmentation_reaches_the_train_batches_only(tmp_path):
     """``augmentation.noise_snr`` changes the train loader's audio, never dev's."""
-    from asrflow.train.parts import build_trainer_parts
+    from asrflow.train.loop.parts import build_trainer_parts
     from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 

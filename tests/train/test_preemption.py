@@ -21,8 +21,8 @@ import torch
 
 from asrflow.recipe.load import load_recipe
 from asrflow.train.batches.loader import make_sampler
-from asrflow.train.module import AsrModule
-from asrflow.train.runner import train_run
+from asrflow.train.loop.module import AsrModule
+from asrflow.train.run.runner import train_run
 from tests.train.test_ddp import ROOT, srun_env
 from tests.train.tiny_run import make_tiny_run, spec_to_json
 

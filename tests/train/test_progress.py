@@ -6,7 +6,7 @@ import io
 import logging
 from types import SimpleNamespace
 
-from asrflow.train.progress import LineProgress, duration, progress_settings, watched
+from asrflow.train.loop.progress import LineProgress, duration, progress_settings, watched
 
 
 class Clock:
@@ -33,7 +33,7 @@ def test_one_line_per_interval_and_at_the_last_step(caplog) -> None:
     clock = Clock()
     progress = LineProgress(every_seconds=60, clock=clock)
     progress.on_train_start(trainer(0), None)
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         for step in range(1, 101):
             clock.now += 2.0  # 0.5 steps/s: a line every 30 steps
             progress.on_train_batch_end(trainer(step, **{"train/loss": 0.8123}), None)
@@ -48,7 +48,7 @@ def test_resumed_run_measures_speed_from_where_it_resumed(caplog) -> None:
     progress = LineProgress(every_seconds=0, clock=clock)
     progress.on_train_start(trainer(500), None)
     clock.now += 10.0
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         progress.on_train_batch_end(trainer(510, max_steps=1000), None)
     assert "1.00 steps/s ETA 8m10s" in caplog.text
 
@@ -56,7 +56,7 @@ def test_resumed_run_measures_speed_from_where_it_resumed(caplog) -> None:
 def test_validation_line_lists_the_validation_metrics(caplog) -> None:
     progress = LineProgress()
     metrics = {"valid/loss": 1.25, "valid/wer": 0.31, "train/loss": 2.0}
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         progress.on_validation_end(trainer(200, **metrics), None)
     assert caplog.messages == ["validation at step 200: valid/loss 1.2500 valid/wer 0.3100"]
 
@@ -65,7 +65,7 @@ def test_only_rank_zero_prints(caplog) -> None:
     progress = LineProgress(every_seconds=0)
     other = trainer(5)
     other.is_global_zero = False
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         progress.on_train_start(other, None)
         progress.on_train_batch_end(other, None)
         progress.on_validation_end(other, None)
@@ -90,13 +90,13 @@ def test_duration() -> None:
 
 def test_a_real_run_in_a_log_file_prints_lines_not_bar_frames(tmp_path, caplog, capfd) -> None:
     """Issue 13, item 6: a redirected log held megabytes of tqdm carriage-return frames."""
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
-    lines = [r.getMessage() for r in caplog.records if r.name == "asrflow.train.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "asrflow.train.loop.progress"]
     assert any(line.startswith("step 4/4 (100%) loss ") for line in lines), lines
     assert any(line.startswith("validation at step 2: valid/") for line in lines), lines
     out, err = capfd.readouterr()
@@ -106,7 +106,7 @@ def test_a_real_run_in_a_log_file_prints_lines_not_bar_frames(tmp_path, caplog, 
 def test_a_caller_may_still_choose_the_bar(tmp_path) -> None:
     """The benches pass ``enable_progress_bar=False`` through ``train_run``'s trainer overrides
     (it once collided with the runner's own choice: bench/spike_detector.py crashed)."""
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
@@ -123,7 +123,7 @@ def test_the_line_shows_the_modules_last_step_loss(caplog) -> None:
     progress = LineProgress(every_seconds=0)
     module = SimpleNamespace(step_loss=torch.tensor(0.25))
     progress.on_train_start(trainer(0), module)
-    with caplog.at_level(logging.INFO, logger="asrflow.train.progress"):
+    with caplog.at_level(logging.INFO, logger="asrflow.train.loop.progress"):
         progress.on_train_batch_end(trainer(1, **{"train/loss": 9.0}), module)
         progress.on_train_batch_end(trainer(2, **{"train/loss": 9.0}), SimpleNamespace())
     assert "step 1/100 (1%) loss 0.2500 " in caplog.messages[0]

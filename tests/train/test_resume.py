@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asrflow.train.batches.loader import make_sampler
-from asrflow.train.resume import SkippingSampler
+from asrflow.train.loop.resume import SkippingSampler
 from tests.train.test_data import fake_cuts, ids_of
 
 SETTINGS = {"max_duration": 10.0, "num_buckets": 3, "seed": 7}
@@ -44,7 +44,7 @@ def _steps(path) -> list[int]:
 
 
 def test_resumed_csv_logger_keeps_the_rows_before_the_checkpoint(tmp_path):
-    from asrflow.train.resume import ResumableCSVLogger
+    from asrflow.train.loop.resume import ResumableCSVLogger
 
     metrics = tmp_path / "csv/metrics.csv"
     rows = "".join(f"0.1,{s},{5 - s}.0\n" for s in range(6))
@@ -79,7 +79,7 @@ def _save_ckpt(path, step: int):
 
 
 def test_an_intact_last_checkpoint_is_resumed_from(tmp_path):
-    from asrflow.train.resume import resume_checkpoint
+    from asrflow.train.loop.resume import resume_checkpoint
 
     assert resume_checkpoint(tmp_path / "checkpoints") is None  # nothing yet: a fresh start
     _save_ckpt(tmp_path / "checkpoints/valid.loss.step0000004.ckpt", 4)
@@ -90,7 +90,7 @@ def test_an_intact_last_checkpoint_is_resumed_from(tmp_path):
 
 @pytest.mark.parametrize("damage", ["zero-bytes", "truncated"])
 def test_a_damaged_last_checkpoint_falls_back_to_the_newest_intact_one(tmp_path, caplog, damage):
-    from asrflow.train.resume import resume_checkpoint
+    from asrflow.train.loop.resume import resume_checkpoint
 
     d = tmp_path / "checkpoints"
     last = _save_ckpt(d / "last.ckpt", 8)
@@ -100,7 +100,7 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_newest_intact_one(tmp_path,
     torn = _save_ckpt(d / "valid.loss.step0000007.ckpt", 7)
     torn.write_bytes(torn.read_bytes()[:-10])  # newer, but cut short: passed over too
     _save_ckpt(d / ".last.ckpt.tmp", 9)  # a temporary name is never a resume point
-    with caplog.at_level("WARNING", logger="asrflow.train.resume"):
+    with caplog.at_level("WARNING", logger="asrflow.train.loop.resume"):
         assert resume_checkpoint(d) == last
     assert f"resume: {last} is damaged (" in caplog.text
     assert f"resuming from {newest} (step 6)" in caplog.text
@@ -113,7 +113,7 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_newest_intact_one(tmp_path,
 
 def test_a_damaged_last_checkpoint_without_another_is_a_clear_error(tmp_path):
     from asrflow.checkpoints import DamagedCheckpoint
-    from asrflow.train.resume import resume_checkpoint
+    from asrflow.train.loop.resume import resume_checkpoint
 
     d = tmp_path / "checkpoints"
     (d / "last.ckpt").parent.mkdir(parents=True)
@@ -162,7 +162,7 @@ def test_last_checkpoint_write_that_fails_leaves_the_previous_one(tmp_path):
 
     from asrflow.checkpoints import read_training_checkpoint
     from asrflow.io import WriteFailed
-    from asrflow.train.resume import LastCheckpoint
+    from asrflow.train.loop.resume import LastCheckpoint
 
     last = tmp_path / "last.ckpt"
     callback = LastCheckpoint(last)
@@ -188,7 +188,7 @@ def test_top_k_checkpoints_are_written_whole_and_keyed_as_lightnings(tmp_path):
 
     from asrflow.checkpoints import read_training_checkpoint
     from asrflow.io import WriteFailed
-    from asrflow.train.resume import AtomicModelCheckpoint
+    from asrflow.train.loop.resume import AtomicModelCheckpoint
 
     kwargs = {"dirpath": tmp_path, "monitor": "valid/loss", "mode": "min", "save_top_k": 2}
     callback = AtomicModelCheckpoint(**kwargs)
@@ -211,7 +211,7 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_last_one(tmp_path):
     last = tmp_path / "last.ckpt"
     setup = f"""
         from pathlib import Path
-        from asrflow.train.resume import LastCheckpoint
+        from asrflow.train.loop.resume import LastCheckpoint
         from tests.train.test_resume import _FakeTrainer
         callback = LastCheckpoint(Path({str(last)!r}))
         callback.save(_FakeTrainer(2))
@@ -232,7 +232,7 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_last_one(tmp_path):
 def test_a_rerun_over_a_zero_byte_last_checkpoint_resumes_from_an_intact_one(tmp_path, caplog):
     """A run whose last.ckpt was left empty (a full disk, a node lost mid-write) is rerun."""
     from asrflow.checkpoints import read_training_checkpoint
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
@@ -244,7 +244,7 @@ def test_a_rerun_over_a_zero_byte_last_checkpoint_resumes_from_an_intact_one(tmp
     top_step = read_training_checkpoint(top)["global_step"]
     last.write_bytes(b"")
 
-    with caplog.at_level("WARNING", logger="asrflow.train.resume"):
+    with caplog.at_level("WARNING", logger="asrflow.train.loop.resume"):
         rerun = train_run(spec, work, out, summary)
     assert f"resume: {last} is damaged (the file is empty (0 bytes))" in caplog.text
     assert f"resuming from {top} (step {top_step})" in caplog.text

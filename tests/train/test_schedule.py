@@ -10,7 +10,7 @@ import torch
 
 from asrflow.errors import AsrflowError
 from asrflow.recipe.sections import OptimConfig, Recipe, SchedulerConfig, TrainerConfig
-from asrflow.train.schedule import (
+from asrflow.train.loop.schedule import (
     build_optimizer,
     build_scheduler,
     total_steps,

@@ -19,9 +19,9 @@ import signal
 import pytest
 import torch
 
-from asrflow.train.failures import TrainingPreempted
-from asrflow.train.module import AsrModule
-from asrflow.train.runner import train_run
+from asrflow.train.loop.failures import TrainingPreempted
+from asrflow.train.loop.module import AsrModule
+from asrflow.train.run.runner import train_run
 from tests.train.tiny_run import make_tiny_run
 
 STEPS, EVERY = 14, 4

@@ -11,11 +11,11 @@ from lhotse import CutSet
 from asrflow.errors import AsrflowError
 from asrflow.recipe.batching import Batching
 from asrflow.recipe.checks import recipe_from_dict
-from asrflow.train.audit import padding_share, sampled_batches
 from asrflow.train.batches import sorted_batches
 from asrflow.train.batches.loader import make_sampler
 from asrflow.train.batches.sorted_batches import SortedBatchSampler
-from asrflow.train.resume import SkippingSampler
+from asrflow.train.loop.resume import SkippingSampler
+from asrflow.train.preflight.audit import padding_share, sampled_batches
 from tests.cuts import audio_less_cut
 
 

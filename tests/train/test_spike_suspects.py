@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrflow.train.diagnostics import (
+from asrflow.train.loop.diagnostics import (
     SPIKES_FILE,
     Diagnostics,
     binomial_surprise,
 )
-from asrflow.train.module import UtteranceLossTap
+from asrflow.train.loop.module import UtteranceLossTap
 from tests.train.tiny_espnet import TINY_CTC_MODEL, build_asr_model
 
 UTTS = [f"u{i:03d}" for i in range(300)]
@@ -235,7 +235,7 @@ def test_a_run_checkpoints_the_tally_and_a_resumed_run_reports_it(tmp_path: Path
     """Through the runner: the summary lists suspects, the checkpoint holds the detector's
     state (loadable with weights_only), and a finished run resumed again (0 steps) reports the
     same spikes and suspects. Thresholds are lowered so that a 14-step run has spikes."""
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
 
     hair_trigger = {"spike_factor": 1.01, "spike_z": 0.01, "spike_min_excess": 0.0}

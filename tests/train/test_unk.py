@@ -1,5 +1,5 @@
-"""asrflow.train.unk and the smoke run's check of it: <unk> targets counted per split before
-training, a tokenizer that cannot spell a run's text refused (issue 30)."""
+"""asrflow.train.preflight.unk and the smoke run's check of it: <unk> targets counted per split
+before training, a tokenizer that cannot spell a run's text refused (issue 30)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from asrflow.errors import AsrflowError
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
-from asrflow.train.preflight import check_targets, smoke_run
+from asrflow.train.preflight.smoke import check_targets, smoke_run
+from asrflow.train.preflight.unk import UnkCount, check_unk, count_unk
 from asrflow.train.spec import RunSpec
-from asrflow.train.unk import UnkCount, check_unk, count_unk
 from tests.cuts import audio_less_cut
 from tests.train.tiny_espnet import TINY_CTC_MODEL
 

@@ -12,8 +12,8 @@ import pytest
 
 from asrflow.errors import AsrflowError
 from asrflow.recipe.sections import OPERATIONAL_KEYS
-from asrflow.train.runner import train_run
-from asrflow.train.workdir import IDENTITY, claim_work_dir
+from asrflow.train.run.runner import train_run
+from asrflow.train.run.workdir import IDENTITY, claim_work_dir
 from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
 
 
@@ -88,7 +88,7 @@ def test_a_changed_recipe_never_resumes_weights_trained_under_the_old_one(tmp_pa
     assert first["steps"] == 4 and first["resumed_from"] is None
 
     lr = {"optim": {"name": "adamw", "lr": 0.001}}
-    with caplog.at_level("WARNING", logger="asrflow.train.workdir"):
+    with caplog.at_level("WARNING", logger="asrflow.train.run.workdir"):
         second = _train(spec, tmp_path, **lr)
     assert second["resumed_from"] is None and second["steps"] == 4  # trained anew, all 4 steps
     assert "recipe optim.lr: 0.002 -> 0.001" in caplog.text
@@ -118,7 +118,7 @@ def test_operational_recipe_keys_resume_and_keep_the_recipe_hash(tmp_path):
 
 def test_the_identity_covers_the_corpus_weights_and_every_weight_changing_recipe_key():
     from asrflow.recipe.checks import recipe_from_dict
-    from asrflow.train.workdir import run_identity
+    from asrflow.train.run.workdir import run_identity
 
     recipe = recipe_from_dict(TINY_RECIPE)
     hashes = {"train_cuts": {"a": "1"}, "dev_cuts": "2"}
@@ -153,7 +153,7 @@ def test_a_sharded_run_is_another_run_with_other_loader_workers_or_shard_size(tm
     assert not list(tmp_path.glob("work.stale-*"))
 
     two = {"batching": {**TINY_RECIPE["batching"], "num_workers": 2}}
-    with caplog.at_level("WARNING", logger="asrflow.train.workdir"):
+    with caplog.at_level("WARNING", logger="asrflow.train.run.workdir"):
         workers = _train(spec, tmp_path, **two)
     assert workers["resumed_from"] is None and workers["steps"] == 4
     assert "recipe batching.num_workers: 0 -> 2" in caplog.text
@@ -162,7 +162,7 @@ def test_a_sharded_run_is_another_run_with_other_loader_workers_or_shard_size(tm
     assert workers["final_metrics"] != first["final_metrics"]  # other batches, other weights
 
     write_shards(spec.train_cuts[0], shards, ShardSettings(shard_size=2))
-    with caplog.at_level("WARNING", logger="asrflow.train.workdir"):
+    with caplog.at_level("WARNING", logger="asrflow.train.run.workdir"):
         resized = _train(spec, tmp_path, **two)
     assert resized["resumed_from"] is None and "shard_sizes" in caplog.text
     assert len(list(tmp_path.glob("work.stale-*"))) == 2

@@ -162,7 +162,7 @@ def test_a_run_trains_the_same_weights_with_and_without_a_loader_worker(tmp_path
     """``batching.num_workers`` is an operational key: with dropout, validation and a second
     epoch in the run, 0 workers and 1 give the same weights."""
     from asrflow.checkpoints import read_training_checkpoint
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import make_tiny_run
 
     weights = {}

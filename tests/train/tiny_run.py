@@ -1,6 +1,6 @@
 """A whole training run in miniature: noise audio, a char tokenizer, a ~6 k-parameter CTC model.
 
-``make_tiny_run(root)`` writes everything :func:`asrflow.train.runner.train_run` reads and
+``make_tiny_run(root)`` writes everything :func:`asrflow.train.run.runner.train_run` reads and
 returns its :class:`~asrflow.train.spec.RunSpec`; a run of a few steps takes seconds on a CPU.
 Also usable from a subprocess (the DDP and preemption tests): ``python -m tests.train.tiny_run``.
 """

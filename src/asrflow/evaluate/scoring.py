@@ -12,7 +12,7 @@ Counting rules:
   per-utterance rates (:func:`pooled`). With no reference words the rate is ``None``.
 - **CER** counts characters exactly as :func:`jiwer.process_characters` does on the normalized
   strings, which is how training's ``valid/cer`` is computed
-  (:mod:`asrflow.train.dev_scoring`): every character counts, *including the single spaces
+  (:mod:`asrflow.train.loop.dev_scoring`): every character counts, *including the single spaces
   between words* (``"ab cd"`` is 5 characters); leading and trailing spaces are stripped (and
   inner runs are already collapsed by the default contract).
 - An **empty hypothesis** is scored as empty: every reference unit is a deletion (nothing is

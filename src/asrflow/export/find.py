@@ -5,7 +5,7 @@ A model given as ``runs.<run>.init.model`` may be an asrflow package (``package.
 file's SHA-256; the weights are checked against it), an unpacked ESPnet model-zoo package
 (``meta.yaml`` names the weights and config), an ESPnet experiment directory, or a single
 ``.pth``/``.ckpt`` file. Torch-free: a Snakemake input function calls :func:`tracked_weights`
-while the DAG is built; :mod:`asrflow.train.init` loads what these find.
+while the DAG is built; :mod:`asrflow.train.init.weights` loads what these find.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def export_package(
     ``checkpoint.pth`` or a plain state dict of the ESPnet model, as
     :func:`asrflow.checkpoints.read_model_state` reads them; the kind is recorded as
     ``source.format``. ``espnet_args`` are ESPnet's parsed arguments
-    (:func:`asrflow.train.model.build_model`'s second result, or the run's
+    (:func:`asrflow.train.loop.model.build_model`'s second result, or the run's
     ``artifacts/espnet_config.json``). ``bpe_model`` and ``tokens_txt`` must be the pair the model
     was trained with. ``base_model``: the ``model.pth`` a run with LoRA adapters started from;
     the package then also holds the adapter-only export (:mod:`asrflow.export.adapter`).

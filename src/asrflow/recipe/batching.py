@@ -2,7 +2,7 @@
 
 Torch-free: :mod:`asrflow.recipe.load` parses a recipe's section into :class:`Batching` while
 the DAG is built; :func:`asrflow.train.batches.loader.make_sampler` and the batch audit
-(:mod:`asrflow.train.audit`) turn it into Lhotse's ``DynamicBucketingSampler``.
+(:mod:`asrflow.train.preflight.audit`) turn it into Lhotse's ``DynamicBucketingSampler``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ ESPnet ``config.yaml``: frontend, normalize, encoder, decoder, CTC and model key
 recipe's training sections: the recipe does not spell out the starting model again, key for key,
 as ESPnet's ``--init_param`` and a copied config require. A key of ``runs.<run>.overrides``
 under one of those sections always wins (``encoder_conf.dropout_rate``), and one that changes a
-shape is named by the load's error (:mod:`asrflow.train.init`). ``init.architecture: recipe``
-keeps the recipe's own model keys (a plain ``.pth`` with no config beside it needs it).
+shape is named by the load's error (:mod:`asrflow.train.init.weights`). ``init.architecture:
+recipe`` keeps the recipe's own model keys (a plain ``.pth`` with no config beside it needs it).
 
 SpecAugment is not taken: it has no weights, and what the target corpus needs (real speech,
 its hours: :mod:`asrflow.recipe.rules`) decides it, as NeMo's fine-tuning configs set their own

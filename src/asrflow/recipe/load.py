@@ -12,9 +12,9 @@ Units (Lightning semantics):
 
 - ``trainer.max_steps`` counts *optimizer steps*; with ``accumulate_grad_batches = k`` each step
   consumes k batches per device. The LR scheduler is stepped per optimizer step
-  (``interval: "step"``), so it ends where the trainer does (:mod:`asrflow.train.schedule`).
+  (``interval: "step"``), so it ends where the trainer does (:mod:`asrflow.train.loop.schedule`).
 - ``trainer.val_check_interval`` is in optimizer steps too; Lightning counts it in *batches*, so
-  :func:`asrflow.train.trainer.trainer_kwargs` multiplies it by ``accumulate_grad_batches``.
+  :func:`asrflow.train.loop.trainer.trainer_kwargs` multiplies it by ``accumulate_grad_batches``.
 - ``batching.max_duration`` is seconds of audio per batch per device; an update sees at most
   :func:`effective_batch_seconds`.
 

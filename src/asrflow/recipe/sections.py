@@ -21,7 +21,7 @@ PRECISIONS = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "1
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 MODES = ("min", "max")
 NORMALIZATIONS = ("token", "utterance")
-"""``loss.normalization``: per target token, or per utterance (:mod:`asrflow.train.loss`)."""
+"""``loss.normalization``: per target token, or per utterance (:mod:`asrflow.train.loop.loss`)."""
 OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULERS = ("warmup_cosine",)
 
@@ -31,8 +31,8 @@ class TrainerConfig:
     """Lightning trainer settings (``trainer:``); max_steps and val_check_interval count updates.
 
     ``precision: auto`` is bf16-mixed on a CUDA GPU with bf16, else 32-true
-    (:func:`asrflow.train.trainer.resolve_precision`); ``allow_tf32`` is for the caller to apply
-    to torch's backends.
+    (:func:`asrflow.train.loop.trainer.resolve_precision`); ``allow_tf32`` is for the caller to
+    apply to torch's backends.
     """
 
     max_steps: int = 2500
@@ -118,14 +118,14 @@ class DiagnosticsConfig:
     ``max_consecutive_nonfinite``: batches in a row whose loss is NaN/inf (each skipped without
     an update) after which the run stops as diverged (``failure: diverged`` in its summary).
 
-    Loss spikes (:mod:`asrflow.train.diagnostics`): an utterance is blamed when its loss per
+    Loss spikes (:mod:`asrflow.train.loop.diagnostics`): an utterance is blamed when its loss per
     token is more than ``spike_z`` robust standard deviations (log scale, median and MAD) above
     the median utterance of the last ``spike_window`` batches, at least ``spike_factor`` x that
     median, and at least ``spike_min_excess`` nats per token above it.
 
     ``max_unk_share``: the most of a split's target tokens that may be ``<unk>`` (pieces the
-    run's tokenizer cannot spell; :mod:`asrflow.train.unk`): the smoke run stops above it, for
-    the train and the dev split, before it trains a step; below it, any is a warning.
+    run's tokenizer cannot spell; :mod:`asrflow.train.preflight.unk`): the smoke run stops above
+    it, for the train and the dev split, before it trains a step; below it, any is a warning.
     """
 
     num_decode_utterances: int = 8

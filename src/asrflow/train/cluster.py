@@ -5,7 +5,7 @@ Three ways a run's processes get started, and where each process reads its rank 
 - ``srun`` starts one task per device (``--ntasks-per-node`` = devices per node, ``--nodes`` =
   nodes); Lightning's ``SLURMEnvironment`` reads ``SLURM_PROCID``/``SLURM_LOCALID``/
   ``SLURM_NODEID``. The only way to train on several nodes under SLURM (through the Snakemake
-  SLURM profile: :mod:`asrflow.train.launch`).
+  SLURM profile: :mod:`asrflow.train.run.launch`).
 - ``torchrun`` sets ``RANK``/``LOCAL_RANK``/``GROUP_RANK`` (``TorchElasticEnvironment``).
 - Lightning's own launcher: the process started by hand is rank 0 and starts the others on its
   node by running ``sys.argv`` again with ``LOCAL_RANK`` set (``LightningEnvironment``). This is
@@ -212,7 +212,7 @@ def _one_task_job(
             f"started by srun (srun --nodes {num_nodes} --ntasks-per-node {devices}); through "
             "the Snakemake SLURM profile, give the run launcher: srun (or auto, the default) in "
             "runs.<run>.resources, and the train job starts its ranks that way "
-            "(asrflow.train.launch; docs/slurm.md, 'Several nodes')"
+            "(asrflow.train.run.launch; docs/slurm.md, 'Several nodes')"
         )
     if nnodes != 1:
         raise AsrflowError(

@@ -1,7 +1,7 @@
 """What a training run reads (:class:`RunSpec`) and how a rule's inputs become one.
 
-Torch-free: :mod:`asrflow.train.launch` writes a spec into a job file while the DAG's resources
-are worked out, and :mod:`asrflow.train.runner` trains it.
+Torch-free: :mod:`asrflow.train.run.launch` writes a spec into a job file while the DAG's resources
+are worked out, and :mod:`asrflow.train.run.runner` trains it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class RunSpec:
     """Use only the first N train cuts (the smoke run)."""
     max_dev_cuts: int | None = None
     init: Mapping[str, Any] | None = None
-    """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init`)."""
+    """``runs.<run>.init``: start from existing weights (:mod:`asrflow.train.init.weights`)."""
     recipe_name: str | None = None
     """``runs.<run>.recipe``, for the summary (``recipe`` may be data without a name)."""
     plan: Mapping[str, Any] | None = None

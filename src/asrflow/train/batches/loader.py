@@ -363,7 +363,7 @@ class EpochMixSampler:
     ``epoch_cuts(e)`` gives epoch ``e``'s cuts (the mix, then speed perturbation); the bucketing
     sampler is rebuilt when ``set_epoch`` moves to another epoch, so every epoch keeps the
     weights' proportions and a resume rebuilds the same epoch. Iterating it iterates the current
-    epoch's sampler (wrap it in :class:`~asrflow.train.resume.SkippingSampler` as any other).
+    epoch's sampler (wrap it in :class:`~asrflow.train.loop.resume.SkippingSampler` as any other).
     """
 
     def __init__(

@@ -26,7 +26,8 @@ resumed run replays its epoch and drops the batches it already trained on. Unlik
 path it reads their audio to do so (the shards are read front to back; there is no index to
 jump with): a resume late in a long epoch first spends that part of the epoch's loading time.
 The number of workers and the shard size are therefore part of a sharded run's identity
-(:data:`asrflow.recipe.sections.SHARD_DEALING_KEYS`, :func:`asrflow.train.workdir.run_identity`):
+(:data:`asrflow.recipe.sections.SHARD_DEALING_KEYS`,
+:func:`asrflow.train.run.workdir.run_identity`):
 changing either starts the run anew. A world size changed under it (the recipe's devices and
 nodes count too) deals the shards differently; the epoch is then only approximately where it
 stopped (the module warns).

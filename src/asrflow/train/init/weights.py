@@ -44,7 +44,7 @@ from asrflow.export.find import (
     read_token_list,
 )
 from asrflow.hashing import sha256_file
-from asrflow.train.adapters import trainable
+from asrflow.train.init.adapters import trainable
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -75,9 +75,9 @@ class InitConfig:
     (:mod:`asrflow.recipe.inherit`)."""
     reuse_tokenizer: bool
     freeze: tuple[str, ...]
-    """Parameters that keep their starting values (:func:`asrflow.train.adapters.freeze`)."""
+    """Parameters that keep their starting values (:func:`asrflow.train.init.adapters.freeze`)."""
     adapter: Mapping[str, Any] | None
-    """LoRA adapters and what they leave trainable (:mod:`asrflow.train.adapters`); ``None``
+    """LoRA adapters and what they leave trainable (:mod:`asrflow.train.init.adapters`); ``None``
     when left out (the schema has no default for it)."""
     run: str | None = None
     """``init.run``: the run whose selected package ``model`` is (``None``: a path given)."""
@@ -229,7 +229,7 @@ def apply_init(
     (file keys left out by the patterns), ``fresh_keys`` (model keys not loaded), ``include``,
     ``exclude`` (with the output layers a new token list starts fresh), ``reuse_tokenizer``,
     ``vocabulary`` (:func:`vocabulary`), what trains (adapters and frozen parameters:
-    :func:`asrflow.train.adapters.trainable`), and the lineage: ``run``
+    :func:`asrflow.train.init.adapters.trainable`), and the lineage: ``run``
     (``init.run``) and ``package`` (:func:`_package_lineage`).
     """
     cfg = InitConfig.from_dict(init_cfg)

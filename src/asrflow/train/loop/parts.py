@@ -1,7 +1,7 @@
 """What a run's Trainer is given: model, Lightning module, loaders, callbacks and loggers.
 
 :func:`build_trainer_parts` builds them for one rank from the run's spec and recipe (no training
-yet); :mod:`asrflow.train.runner` hands the parts to ``lightning.Trainer``. The train cuts
+yet); :mod:`asrflow.train.run.runner` hands the parts to ``lightning.Trainer``. The train cuts
 themselves (what the batch audit samples too) come from :mod:`asrflow.train.batches.loader`.
 """
 
@@ -33,12 +33,12 @@ from asrflow.train.batches.loader import (
 )
 from asrflow.train.batches.shard_stream import ShardBatches, ShardLoader, run_shards
 from asrflow.train.batches.vtlp import add_vtlp
-from asrflow.train.diagnostics import Diagnostics, DiagnosticsCallback
-from asrflow.train.init import apply_init
-from asrflow.train.loggers import MetricsRow, RowTensorBoardLogger
-from asrflow.train.model import build_model
-from asrflow.train.module import AsrModule
-from asrflow.train.resume import (
+from asrflow.train.init.weights import apply_init
+from asrflow.train.loop.diagnostics import Diagnostics, DiagnosticsCallback
+from asrflow.train.loop.loggers import MetricsRow, RowTensorBoardLogger
+from asrflow.train.loop.model import build_model
+from asrflow.train.loop.module import AsrModule
+from asrflow.train.loop.resume import (
     AtomicModelCheckpoint,
     ExactResume,
     LastCheckpoint,
@@ -54,7 +54,7 @@ def build_trainer_parts(
     """Model, module, data loaders, callbacks and loggers for a run (no training yet).
 
     ``callbacks``: the metrics row, the diagnostics and exact resume (one callback per concern,
-    :mod:`asrflow.train.module`), then the checkpoints. The train and dev samplers are sharded
+    :mod:`asrflow.train.loop.module`), then the checkpoints. The train and dev samplers are sharded
     for ``rank`` of ``world_size`` processes (the Trainer's ``use_distributed_sampler`` is off:
     Lhotse's samplers shard by batch)."""
     L.seed_everything(recipe.trainer.seed, workers=True)
@@ -107,7 +107,7 @@ def _loaders(
 ) -> dict[str, Any]:
     """Train and dev loaders of this rank (``datasets``: the train and dev
     :class:`~asrflow.train.batches.loader.AsrDataset`); the train sampler can skip the batches a
-    resumed run already saw (:class:`~asrflow.train.resume.SkippingSampler`, or the
+    resumed run already saw (:class:`~asrflow.train.loop.resume.SkippingSampler`, or the
     :class:`~asrflow.train.batches.shard_stream.ShardLoader` of a sharded run, which is its own
     sampler)."""
     sets = train_corpora(spec)
@@ -178,7 +178,7 @@ def _diagnostics(recipe: Recipe, work: Path, dev_ids: Sequence[str], write_spike
         speed_factors=recipe.augmentation.speed_perturb,
         warmup_steps=warmup_steps(recipe.scheduler, recipe.trainer.max_steps),
         blank_warning=settings.blank_warning_after_warmup,
-        write_spikes=write_spikes,  # rank 0 judges spikes (asrflow.train.diagnostics)
+        write_spikes=write_spikes,  # rank 0 judges spikes (asrflow.train.loop.diagnostics)
     )
 
 

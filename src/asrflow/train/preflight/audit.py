@@ -47,8 +47,8 @@ from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batches.loader import load_train_cuts, make_sampler
 from asrflow.train.batches.shard_stream import ShardBatches, run_shards
+from asrflow.train.preflight.unk import UnkCount, unk_warnings
 from asrflow.train.spec import RunSpec, spec_recipe_data
-from asrflow.train.unk import UnkCount, unk_warnings
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def audit_batches(
 
     batches, per_epoch, bins = sampled_batches(cuts, settings, tokens, epochs, shard_batches)
     report = summarize(batches, loss_normalization, epochs=epochs)
-    # the smoke run stops above diagnostics.max_unk_share (asrflow.train.unk); here, a warning
+    # the smoke run stops above diagnostics.max_unk_share (train.preflight.unk); here, a warning
     report["unk_tokens"] = unk.to_dict()
     report["warnings"] += unk_warnings(unk, bpe_model)
     report["num_cuts"] = len(cuts)

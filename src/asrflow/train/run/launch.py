@@ -6,9 +6,9 @@ nodes (or one that asks for it: ``runs.<run>.resources.launcher: srun``) is ther
 as an MPI-style job: :func:`train_resources` gives the train rule ``mpi``, ``nodes`` and one task
 per device (sbatch ``--nodes N --ntasks-per-node D``), the plugin then runs the job's script once,
 in the batch step on the first node, and that script calls :func:`srun_train`, which starts
-``srun --nodes N --ntasks-per-node D python -m asrflow.train.launch <job.json>``. Every task is a
-rank (Lightning's ``SLURMEnvironment`` reads ``SLURM_PROCID``, see
-:func:`asrflow.train.cluster.detect_cluster`) and runs :func:`asrflow.train.runner.train_run`;
+``srun --nodes N --ntasks-per-node D python -m asrflow.train.run.launch <job.json>``. Every task is
+a rank (Lightning's ``SLURMEnvironment`` reads ``SLURM_PROCID``, see
+:func:`asrflow.train.cluster.detect_cluster`) and runs :func:`asrflow.train.run.runner.train_run`;
 rank 0 writes the summary and the outputs, as in the one-task launch. Each rank ``R`` logs to
 ``<job log stem>.rank<R>.log`` (``logs/train/big.rank0.log`` too: the job's own log belongs to
 the launching process, which writes the provenance record once srun has succeeded).
@@ -137,19 +137,19 @@ class SrunLaunch:
 
         >>> SrunLaunch(2, 4, 8).command("w.json", python="python")  # doctest: +NORMALIZE_WHITESPACE
         ['srun', '--nodes', '2', '--ntasks-per-node', '4', '--kill-on-bad-exit=1',
-         '--cpus-per-task', '8', 'python', '-m', 'asrflow.train.launch', 'w.json']
+         '--cpus-per-task', '8', 'python', '-m', 'asrflow.train.run.launch', 'w.json']
         """
         cmd = [SRUN, "--nodes", str(self.nodes), "--ntasks-per-node", str(self.tasks_per_node)]
         # one rank failing ends the others (they would wait in a collective otherwise)
         cmd.append("--kill-on-bad-exit=1")
         if self.cpus_per_task:
             cmd += ["--cpus-per-task", str(self.cpus_per_task)]
-        return [*cmd, python or sys.executable, "-m", "asrflow.train.launch", str(job_file)]
+        return [*cmd, python or sys.executable, "-m", "asrflow.train.run.launch", str(job_file)]
 
 
 def job_file(work_dir: Pathlike) -> Path:
     """Where the launching process writes what the ranks run: beside the work directory, which
-    rank 0 may move aside (:func:`asrflow.train.workdir.claim_work_dir`) while others read."""
+    rank 0 may move aside (:func:`asrflow.train.run.workdir.claim_work_dir`) while others read."""
     work = Path(work_dir)
     return work.with_name(f"{work.name}.srun.json")
 
@@ -279,10 +279,10 @@ def _waiting_through_sigterm(name: str) -> Iterator[list[int]]:
 
 def worker(job_path: Pathlike, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One rank of an srun launch: logging to its own file, then
-    :func:`~asrflow.train.runner.train_run`."""
+    :func:`~asrflow.train.run.runner.train_run`."""
     # the training stack, in the rank process only: never while the DAG is built
     from asrflow.ranks import launched_rank
-    from asrflow.train.runner import train_run
+    from asrflow.train.run.runner import train_run
     from asrflow.workflow import LOG_FORMAT, rank_log
 
     job = read_job(job_path)
@@ -319,10 +319,10 @@ def worker(job_path: Pathlike, env: Mapping[str, str] | None = None) -> dict[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m asrflow.train.launch <job.json>``: what srun starts on every rank."""
+    """``python -m asrflow.train.run.launch <job.json>``: what srun starts on every rank."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        sys.stderr.write("usage: python -m asrflow.train.launch <job.json>\n")
+        sys.stderr.write("usage: python -m asrflow.train.run.launch <job.json>\n")
         return 2
     try:
         worker(args[0])

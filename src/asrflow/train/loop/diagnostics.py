@@ -14,7 +14,7 @@
 
 How an utterance is judged (:meth:`Diagnostics.observe_loss`). Its loss is per target token,
 from the training forward itself (ESPnet's CTC computes one loss per utterance before it averages
-them: :class:`~asrflow.train.module.AsrModule` reads them; where it cannot, e.g. another CTC
+them: :class:`~asrflow.train.loop.module.AsrModule` reads them; where it cannot, e.g. another CTC
 type, the batch's loss stands for each of its utterances, and a spike blames them all). The
 reference is every utterance loss of the last ``spike_window`` batches (after
 :data:`MIN_HISTORY` batches). An utterance is blamed when all three hold:
@@ -382,8 +382,8 @@ class Diagnostics:
 
 class DiagnosticsCallback(Callback):
     """Hands each training step and each validation of
-    :class:`~asrflow.train.module.AsrModule` to ``diagnostics`` (rank 0 judges spikes and writes
-    transcripts), and keeps the spike detector's state in the run's checkpoints
+    :class:`~asrflow.train.loop.module.AsrModule` to ``diagnostics`` (rank 0 judges spikes and
+    writes transcripts), and keeps the spike detector's state in the run's checkpoints
     (``asrflow_diagnostics``)."""
 
     def __init__(self, diagnostics: Diagnostics) -> None:

@@ -2,7 +2,7 @@
 
 Two kinds of failure are *results* of the recipe, not accidents of the job: the run diverged (its
 loss stayed NaN/inf) or it did not fit in the accelerator's memory. Rerunning the same recipe on
-the same data fails the same way, so :func:`asrflow.train.runner.train_run` records them in the
+the same data fails the same way, so :func:`asrflow.train.run.runner.train_run` records them in the
 run's summary (``status: failed``, ``failure: diverged | out_of_memory``) and returns normally:
 the job succeeds and the comparison of runs lists the failed one. Every other exception is a
 failure of the job and is re-raised, so Snakemake (or SLURM) can retry it.

@@ -2,11 +2,11 @@
 
 ESPnet's ``ESPnetASRModel.forward`` returns its loss averaged over *utterances*, so the gradient
 grows with tokens per utterance and a length-mixed batch swings it. By default the module turns
-that into a loss per target token (:mod:`asrflow.train.loss`, global token count under DDP).
+that into a loss per target token (:mod:`asrflow.train.loop.loss`, global token count under DDP).
 
 A batch whose loss is NaN/inf is skipped (no backward, no update, on every rank together);
 ``diagnostics.max_consecutive_nonfinite`` such batches in a row stop the run with
-:class:`~asrflow.train.failures.TrainingDiverged`.
+:class:`~asrflow.train.loop.failures.TrainingDiverged`.
 
 Under DDP each rank trains on its shard of the batches and validates its shard of the dev set;
 validation sums (loss, errors, words) are reduced over the ranks and the dev transcripts gathered,
@@ -15,14 +15,14 @@ so rank 0 logs and writes the metrics of the whole dev set.
 Each training step leaves its figures in :attr:`AsrModule.step_record` (a :class:`StepRecord`)
 and each validation its transcripts and metrics in :attr:`AsrModule.validation`; the callbacks
 that act on them are the run's, one per concern (assembled by
-:func:`asrflow.train.parts.build_trainer_parts`): the metrics row
-(:class:`~asrflow.train.loggers.MetricsRow`), loss spikes and decoded samples
-(:class:`~asrflow.train.diagnostics.DiagnosticsCallback`), exact resume
-(:class:`~asrflow.train.resume.ExactResume`) and the progress line
-(:class:`~asrflow.train.progress.LineProgress`). The module keeps the step, the gradient
+:func:`asrflow.train.loop.parts.build_trainer_parts`): the metrics row
+(:class:`~asrflow.train.loop.loggers.MetricsRow`), loss spikes and decoded samples
+(:class:`~asrflow.train.loop.diagnostics.DiagnosticsCallback`), exact resume
+(:class:`~asrflow.train.loop.resume.ExactResume`) and the progress line
+(:class:`~asrflow.train.loop.progress.LineProgress`). The module keeps the step, the gradient
 clipping that measures the step's gradient norm, the optimizer and the validation step; what
 a validation adds up, and the ``valid/*`` metrics made of it, are
-:class:`~asrflow.train.dev_scoring.DevTally`'s.
+:class:`~asrflow.train.loop.dev_scoring.DevTally`'s.
 
 Each utterance's CTC loss per token comes from the training forward itself
 (:class:`UtteranceLossTap`: no second forward, nothing that could change the weights).
@@ -44,11 +44,11 @@ from asrflow.recipe.sections import Recipe
 from asrflow.tokens import TokenEncoder, greedy_ctc
 from asrflow.train.batches.shard_stream import FILLER, ShardLoader
 from asrflow.train.cluster import check_sampler_rank
-from asrflow.train.dev_scoring import DevTally, dev_metrics
-from asrflow.train.failures import NonFiniteGuard
-from asrflow.train.loss import normalize_loss, per_token
-from asrflow.train.resume import SkippingSampler
-from asrflow.train.schedule import build_optimizer, build_scheduler
+from asrflow.train.loop.dev_scoring import DevTally, dev_metrics
+from asrflow.train.loop.failures import NonFiniteGuard
+from asrflow.train.loop.loss import normalize_loss, per_token
+from asrflow.train.loop.resume import SkippingSampler
+from asrflow.train.loop.schedule import build_optimizer, build_scheduler
 
 log = logging.getLogger(__name__)
 

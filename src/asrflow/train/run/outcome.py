@@ -1,5 +1,5 @@
 """How a training run ended, written down: the summary of a completed, preempted or failed run,
-and the declared outputs that go with it (see :mod:`asrflow.train.runner` for the contract).
+and the declared outputs that go with it (see :mod:`asrflow.train.run.runner` for the contract).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from asrflow.artifacts import CHECKPOINTS
 from asrflow.errors import AsrflowError
 from asrflow.io import write_json
-from asrflow.train.failures import OUT_OF_MEMORY, result_failure
+from asrflow.train.loop.failures import OUT_OF_MEMORY, result_failure
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def record_failure(
     of memory: the summary is the job's output), re-raises any other.
 
     ``paths`` is ``(work, out, summary_path)``. A failure another rank posted first
-    (:class:`~asrflow.train.failures.RankFailures`) is the one recorded: this rank's exception
+    (:class:`~asrflow.train.loop.failures.RankFailures`) is the one recorded: this rank's exception
     is its consequence.
     """
     work, out, summary_path = paths

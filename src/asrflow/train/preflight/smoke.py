@@ -1,8 +1,9 @@
 """The smoke run before a long training run (a few steps, a validation, an export decoded by
 ESPnet's ``Speech2Text``), so that a manifest, tokenizer, model or export mismatch fails in a
-minute; the other job before it, the batch audit, is :func:`asrflow.train.audit.audit_run`. The
-smoke run first counts the ``<unk>`` targets of the run's train and dev splits
-(:func:`check_targets`): a tokenizer that cannot spell them stops it before it trains.
+minute; the other job before it, the batch audit, is
+:func:`asrflow.train.preflight.audit.audit_run`. The smoke run first counts the ``<unk>`` targets
+of the run's train and dev splits (:func:`check_targets`): a tokenizer that cannot spell them
+stops it before it trains.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from asrflow.export.package import export_package, load_speech2text
 from asrflow.io import write_json
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
-from asrflow.train.runner import train_run
+from asrflow.train.preflight.unk import check_unk, count_unk, target_characters
+from asrflow.train.run.runner import train_run
 from asrflow.train.spec import RunSpec, spec_recipe
-from asrflow.train.unk import check_unk, count_unk, target_characters
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,8 @@ def smoke_run(spec: RunSpec, work_dir: Pathlike, summary_path: Pathlike) -> dict
 
 
 def check_targets(spec: RunSpec) -> dict[str, Any]:
-    """``<unk>`` among all of a run's train and dev targets (:mod:`asrflow.train.unk`), before
-    the smoke run trains: raises above the recipe's ``diagnostics.max_unk_share``, logs a
+    """``<unk>`` among all of a run's train and dev targets (:mod:`asrflow.train.preflight.unk`),
+    before the smoke run trains: raises above the recipe's ``diagnostics.max_unk_share``, logs a
     warning below it. Returns the summary's ``unk_tokens`` (per split) and ``warnings``."""
     limit = spec_recipe(spec).diagnostics.max_unk_share
     normalization = TextNormalization.from_dict(spec.normalization)

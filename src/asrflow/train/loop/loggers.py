@@ -6,7 +6,7 @@ Logged every step, one row per step: ``train/loss`` (the optimized value),
 ``train/batch_audio_seconds``, ``train/padding_ratio``, ``train/grad_norm`` (before clipping;
 the norm that clipping uses, computed once), ``lr`` (the rate of this step's update) and
 ``epoch``. The validation metrics (``valid/loss`` per token, ``valid/wer`` and ``valid/cer``) are
-``self.log``'ged by :class:`~asrflow.train.module.AsrModule` at each validation.
+``self.log``'ged by :class:`~asrflow.train.loop.module.AsrModule` at each validation.
 
 Why not ``self.log`` for the step's row: Lightning's result collection costs ~0.4 ms per value
 and step (7 values, demo model, 2 CPU cores: ~3 ms of a ~80 ms step), and its logger connector
@@ -57,7 +57,7 @@ class RowTensorBoardLogger(TensorBoardLogger):
 
 
 class MetricsRow(Callback):
-    """Logs each training step's row (:class:`~asrflow.train.module.StepRecord`) to every
+    """Logs each training step's row (:class:`~asrflow.train.loop.module.StepRecord`) to every
     logger at once, at the step Lightning would use; rank 0 only, as Lightning logs."""
 
     def __init__(self) -> None:

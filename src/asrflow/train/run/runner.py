@@ -1,8 +1,8 @@
 """One training run, start to finish: what the ``train`` rule (and the smoke run) calls.
 
-The parts the Trainer is given are built by :mod:`asrflow.train.parts`; how the run ended is
-written by :mod:`asrflow.train.outcome`; the batch audit and the smoke run before it are in
-:mod:`asrflow.train.preflight`.
+The parts the Trainer is given are built by :mod:`asrflow.train.loop.parts`; how the run ended is
+written by :mod:`asrflow.train.run.outcome`; the batch audit and the smoke run before it are in
+:mod:`asrflow.train.preflight.smoke`.
 
 The working directory (``results/work/<run>/``) is deliberately *not* a declared Snakemake output:
 Snakemake deletes a failed job's outputs before rerunning it, and a killed or preempted job must
@@ -11,7 +11,7 @@ optimizer, scheduler, global step and the position in the epoch's batch order). 
 finishes, the kept checkpoints, logs and diagnostics are linked into the declared output
 directory and the summary is written.
 
-How a run can end (:mod:`asrflow.train.failures`):
+How a run can end (:mod:`asrflow.train.loop.failures`):
 
 - ``status: completed``: checkpoints, logs and diagnostics in the output directory;
 - ``status: failed`` with ``failure: diverged`` or ``out_of_memory``: a result of the recipe. The
@@ -19,7 +19,7 @@ How a run can end (:mod:`asrflow.train.failures`):
   otherwise empty output directory, and :func:`train_run` *returns*, so the job succeeds and
   the failed run is listed beside the others;
 - ``status: preempted`` (SIGTERM): ``last.ckpt`` is saved, ``<work>/summary.json`` written and
-  :class:`~asrflow.train.failures.TrainingPreempted` raised, so the job fails and its retry
+  :class:`~asrflow.train.loop.failures.TrainingPreempted` raised, so the job fails and its retry
   resumes;
 - ``status: failed`` with ``failure: null`` (any other exception, Ctrl-C): ``<work>/summary.json``
   is written and the exception re-raised, so the job fails and can be retried.
@@ -51,14 +51,14 @@ from asrflow.recipe.rules import RULES_VERSION
 from asrflow.recipe.sections import Recipe
 from asrflow.text import TextNormalization
 from asrflow.train.cluster import ClusterInfo, cpu_fallback, detect_cluster, threads_per_rank
-from asrflow.train.failures import PreemptionCheckpoint, RankFailures, TrainingPreempted
-from asrflow.train.outcome import record_completion, record_failure, record_preemption
-from asrflow.train.parts import build_trainer_parts
-from asrflow.train.progress import progress_settings
-from asrflow.train.resume import resume_checkpoint
+from asrflow.train.loop.failures import PreemptionCheckpoint, RankFailures, TrainingPreempted
+from asrflow.train.loop.parts import build_trainer_parts
+from asrflow.train.loop.progress import progress_settings
+from asrflow.train.loop.resume import resume_checkpoint
+from asrflow.train.loop.trainer import trainer_kwargs
+from asrflow.train.run.outcome import record_completion, record_failure, record_preemption
+from asrflow.train.run.workdir import claim_work_dir, run_identity
 from asrflow.train.spec import RunSpec, spec_recipe
-from asrflow.train.trainer import trainer_kwargs
-from asrflow.train.workdir import claim_work_dir, run_identity
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What a fine-tuning run trains: LoRA adapters (``runs.<run>.init.adapter``) and frozen
 parameters (``init.freeze``), after its start weights are loaded.
 
-After the start weights are loaded (:func:`asrflow.train.init.apply_init`), ESPnet's
+After the start weights are loaded (:func:`asrflow.train.init.weights.apply_init`), ESPnet's
 ``create_adapter`` (``espnet2.layers.create_adapter``, LoRA through ``loralib``) puts a
 low-rank pair ``A`` (rank x in), ``B`` (out x rank, zero at the start) beside every linear layer
 whose name ends with one of ``targets`` (ESPnet's ``target_modules`` semantics: ``linear_q``
@@ -41,8 +41,8 @@ from asrflow.espnet_import import espnet_import
 if TYPE_CHECKING:
     import torch
 
-# torch is imported where it is used: asrflow.train.init imports this module, and it stays cheap
-# to import (asrflow.checkpoints says why)
+# torch is imported where it is used: asrflow.train.init.weights imports this module, and it stays
+# cheap to import (asrflow.checkpoints says why)
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ class SkippingSampler:
     """Wraps a Lhotse sampler; ``skip`` batches are dropped at the start of the next epoch.
 
     The count to skip is the number of batches the *training loop* consumed (kept by
-    :class:`~asrflow.train.module.AsrModule` in its checkpoints), not the number the sampler
+    :class:`~asrflow.train.loop.module.AsrModule` in its checkpoints), not the number the sampler
     handed out: DataLoader workers prefetch batches that were never trained on.
     """
 
