@@ -66,7 +66,7 @@ import numpy as np
 import torch
 import yaml
 
-from asrflow import layout
+from asrflow import layout, project
 from asrflow.data.cuts import load_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding, PackageModel, timed_transcribe
@@ -139,7 +139,7 @@ def choose_run(config: dict[str, Any], run: str | None) -> str:
         if not runs:
             raise SystemExit("eval_speed: the config has no runs; name a --package and --cuts")
         run = DEFAULT_RUN if DEFAULT_RUN in runs else runs[0]
-    layout.run(config, run)  # an unknown run is an error naming the known ones
+    project.run(config, run)  # an unknown run is an error naming the known ones
     return run
 
 
@@ -170,7 +170,7 @@ def eval_inputs(
     if args.cuts is not None:
         cuts = Path(args.cuts)
     else:
-        cuts = workdir / layout.filtered(layout.run_dev_corpus(config, run), "dev")
+        cuts = workdir / layout.filtered(project.run_dev_corpus(config, run), "dev")
     if not cuts.is_file():
         raise Missing("the eval set's filtered cuts", cuts, workdir, "--cuts")
     word_lm = Path(args.word_lm) if args.word_lm else workdir / layout.word_lm_file(run)

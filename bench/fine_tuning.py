@@ -42,6 +42,7 @@ from asrflow import layout
 from asrflow.corpus.folds import build_fold
 from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_text
+from asrflow.project import AUTO_TOKENIZER
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_speech import (  # a sibling script, not a package
@@ -95,7 +96,7 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.base_override:
         base["overrides"] = parse_overrides(args.base_override)
     runs: dict[str, Any] = {BASE: base}
-    tokenizer = layout.AUTO_TOKENIZER.format(corpus=names.corpus)  # scratch's default
+    tokenizer = AUTO_TOKENIZER.format(corpus=names.corpus)  # scratch's default
     for way, init in WAYS.items():
         fine_tuned = {"init": init, "tokenizer": tokenizer} if init else {}
         runs[way] = copy.deepcopy({**template, **fine_tuned})

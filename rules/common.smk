@@ -5,7 +5,7 @@ import os
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from asrflow import config_check, layout, runs
+from asrflow import config_check, layout, project, runs
 from asrflow.artifacts import BASELINE, is_average
 from asrflow.data.audio_state import refresh_audio_state
 from asrflow.errors import AsrflowError
@@ -26,7 +26,7 @@ try:
     validate(config, "../config/config.schema.yaml")
     # a run that names no tokenizer gets <corpus>_auto (model_type auto), its defaults filled
     # (before replicas are expanded: the schema has no place for replica_of)
-    config.update(layout.with_default_tokenizers(config))
+    config.update(project.with_default_tokenizers(config))
     validate(config, "../config/config.schema.yaml")
     # the report's baseline by default: the first run as written (the keys are sorted below)
     config.update(with_first_run_as_baseline(config))
@@ -58,7 +58,7 @@ wildcard_constraints:
 
 def source_manifest(wildcards):
     """The manifest (or Kaldi dir) that the import of one split (or of 'all') reads."""
-    return layout.source_manifest(config, wildcards.corpus, wildcards.split)
+    return project.source_manifest(config, wildcards.corpus, wildcards.split)
 
 
 def audio_state(wildcards):
@@ -86,10 +86,10 @@ def forget_file_inventory():
 def split_cuts(wildcards):
     """Split name -> imported cuts of every split of a corpus (after holdout, if any)."""
     corpus = wildcards.corpus
-    if layout.uses_holdout(config, corpus):
+    if project.uses_holdout(config, corpus):
         holdout_dir = checkpoints.holdout_split.get(corpus=corpus).output.splits
-        return {s: f"{holdout_dir}/{s}.jsonl.gz" for s in layout.splits(config, corpus)}
-    return {s: layout.imported(corpus, s) for s in layout.splits(config, corpus)}
+        return {s: f"{holdout_dir}/{s}.jsonl.gz" for s in project.splits(config, corpus)}
+    return {s: layout.imported(corpus, s) for s in project.splits(config, corpus)}
 
 
 def validated_split(corpus, split):
@@ -126,7 +126,7 @@ def tokenizer_train_cuts(wildcards):
 
 def all_targets():
     """Everything `snakemake` builds by default."""
-    return layout.all_targets(config)
+    return project.all_targets(config)
 
 
 def import_format(wildcards):
@@ -146,17 +146,17 @@ def run_train_inputs(wildcards):
     """Filtered train splits of a run's corpora (and the shards of sharded ones), its dev split
     and its tokenizer."""
     run = wildcards.run
-    r = layout.run(config, run)
+    r = project.run(config, run)
     inputs = {}
-    sharded = layout.sharded_corpora(config)
-    for i, corpus in enumerate(layout.run_corpora(config, run)):
+    sharded = project.sharded_corpora(config)
+    for i, corpus in enumerate(project.run_corpora(config, run)):
         inputs[f"train_{i}"] = filtered_split(corpus, "train")
         # a sharded corpus's train audio is read from its shards
         if corpus in sharded:
             inputs[f"shards_{i}"] = layout.shards(corpus, "train")
-    inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
-    inputs["bpe_model"] = layout.run_tokenizer_file(config, run, "bpe.model")
-    inputs["tokens"] = layout.run_tokenizer_file(config, run, "tokens.txt")
+    inputs["dev"] = filtered_split(project.run_dev_corpus(config, run), "dev")
+    inputs["bpe_model"] = project.run_tokenizer_file(config, run, "bpe.model")
+    inputs["tokens"] = project.run_tokenizer_file(config, run, "tokens.txt")
     return inputs
 
 
@@ -165,9 +165,9 @@ def init_tokenizer_inputs(wildcards):
     config.yaml) and the run's filtered splits, whose text it checks the tokenizer can spell."""
     run = wildcards.run
     inputs = {"model": runs.init_tokenizer_model(config, run)}
-    for i, corpus in enumerate(layout.run_corpora(config, run)):
+    for i, corpus in enumerate(project.run_corpora(config, run)):
         inputs[f"train_{i}"] = filtered_split(corpus, "train")
-    inputs["dev"] = filtered_split(layout.run_dev_corpus(config, run), "dev")
+    inputs["dev"] = filtered_split(project.run_dev_corpus(config, run), "dev")
     return inputs
 
 
@@ -209,14 +209,14 @@ def smoke_recipe(wildcards):
 
 def run_threads(wildcards):
     """CPU cores of a train job: cpus_per_device x devices (or cpus_per_device on the CPU)."""
-    res = layout.run(config, wildcards.run)["resources"]
+    res = project.run(config, wildcards.run)["resources"]
     return res["cpus_per_device"] * max(1, res["devices"])
 
 
 def run_runtime(wildcards, attempt):
     """The train job's time limit in minutes: runs.<run>.resources.runtime, times the attempt
     (a retry after a time-out resumes from last.ckpt with more time)."""
-    return layout.run(config, wildcards.run)["resources"]["runtime"] * attempt
+    return project.run(config, wildcards.run)["resources"]["runtime"] * attempt
 
 
 def run_slurm(resource):
@@ -225,7 +225,7 @@ def run_slurm(resource):
     (unset) where its launch does not use it."""
 
     def value(wildcards):
-        return train_resources(layout.run(config, wildcards.run)["resources"])[resource]
+        return train_resources(project.run(config, wildcards.run)["resources"])[resource]
 
     value.__name__ = f"run_slurm_{resource}"
     return value
@@ -252,8 +252,8 @@ def export_inputs(wildcards):
     inputs = {
         "summary": layout.run_file(run, "train", "summary.json"),
         "artifacts": layout.run_file(run, "train", "artifacts"),
-        "bpe_model": layout.run_tokenizer_file(config, run, "bpe.model"),
-        "tokens": layout.run_tokenizer_file(config, run, "tokens.txt"),
+        "bpe_model": project.run_tokenizer_file(config, run, "bpe.model"),
+        "tokens": project.run_tokenizer_file(config, run, "tokens.txt"),
     }
     if is_average(wildcards.artifact):
         inputs["averaged"] = layout.average_file(run, wildcards.artifact)
@@ -267,7 +267,7 @@ def eval_inputs(wildcards):
     of them (the training filter never shrinks an eval set; evaluation.filter may, counted in
     the summary); and the run's word LM when evaluation.decoding.mode is lexicon_lm or auto
     (rule word_lm then records the run's choice)."""
-    corpus, split = layout.eval_set_split(config, wildcards.eval_set)
+    corpus, split = project.eval_set_split(config, wildcards.eval_set)
     inputs = {
         "package": layout.export_dir(wildcards.run, wildcards.artifact),
         "cuts": validated_split(corpus, split),
@@ -281,14 +281,14 @@ def word_lm_dev(wildcards):
     """The run's dev split, read by rule word_lm for decoding mode auto only (never a test)."""
     if config["evaluation"]["decoding"].get("mode") != "auto":
         return []
-    return [filtered_split(layout.run_dev_corpus(config, wildcards.run), "dev")]
+    return [filtered_split(project.run_dev_corpus(config, wildcards.run), "dev")]
 
 
 def run_train_splits(wildcards):
     """The filtered train splits of a run's corpora (nothing else: the word LM's only input)."""
     return [
         filtered_split(corpus, "train")
-        for corpus in layout.run_corpora(config, wildcards.run)
+        for corpus in project.run_corpora(config, wildcards.run)
     ]
 
 
@@ -304,17 +304,17 @@ def eval_runtime(wildcards, attempt):
 
 def run_dev_set(wildcards):
     """The eval set a run selects on: its dev corpus's dev split."""
-    return layout.dev_set(config, wildcards.run)
+    return project.dev_set(config, wildcards.run)
 
 
 def run_train_corpora(wildcards):
     """The corpora whose train splits a run trains on."""
-    return layout.run_corpora(config, wildcards.run)
+    return project.run_corpora(config, wildcards.run)
 
 
 def run_held_out_test_sets(wildcards):
     """A run's eval sets other than its dev set and its train splits."""
-    return layout.held_out_test_sets(config, wildcards.run)
+    return project.held_out_test_sets(config, wildcards.run)
 
 
 def run_validation_reports(wildcards):
@@ -324,13 +324,13 @@ def run_validation_reports(wildcards):
     the selection."""
     return [
         checkpoints.validate_corpus.get(corpus=corpus).output.report
-        for corpus in layout.selection_corpora(config, wildcards.run)
+        for corpus in project.selection_corpora(config, wildcards.run)
     ]
 
 
 def eval_slice_fields(wildcards):
     """The fields an eval set's figures are broken down by (its corpus's slice_fields)."""
-    return layout.slice_fields(config, wildcards.eval_set)
+    return project.slice_fields(config, wildcards.eval_set)
 
 
 def run_exports(wildcards):
@@ -395,7 +395,7 @@ def report_inputs(wildcards):
             continue
         inputs["selected"].append(layout.selected_file(run))
         inputs["plots"].append(layout.report_file("plots", run, "learning_curves.png"))
-        for eval_set in layout.eval_sets(config, run):
+        for eval_set in project.eval_sets(config, run):
             inputs["plots"].append(
                 layout.report_file("plots", run, f"{eval_set}.slices.png")
             )

@@ -1,6 +1,6 @@
 """Snakemake adapter of checkpoint validate_corpus -> asrflow.data.stages.validate_corpus."""
 
-from asrflow import layout
+from asrflow import project
 from asrflow.data.stages import validate_corpus
 from asrflow.workflow import step
 
@@ -16,6 +16,6 @@ with step(snakemake) as s:
         threads=snakemake.threads,
         sampling_rate=snakemake.params.sampling_rate,
         model_rates=snakemake.params.model_rates,
-        manifests=layout.split_sources(snakemake.config, snakemake.wildcards.corpus),
+        manifests=project.split_sources(snakemake.config, snakemake.wildcards.corpus),
     )
     s.add_extra_inputs("audio", audio)

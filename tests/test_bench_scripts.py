@@ -286,7 +286,7 @@ def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
 def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fold(
     tmp_path: Path,
 ) -> None:
-    from asrflow import config_check, layout
+    from asrflow import config_check, project
     from asrflow.lineage import with_init_runs
     from asrflow.settings import with_defaults
 
@@ -302,7 +302,7 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
     assert (tmp_path / "config/recipes/demo_conformer.yaml").is_file()  # the base's recipe
     # the config the workflow would check: every run resolves, the children take base's model
     full = with_defaults(config)  # as rules/common.smk completes it
-    full = with_defaults({**full, **layout.with_default_tokenizers(full)})
+    full = with_defaults({**full, **project.with_default_tokenizers(full)})
     full = {**full, **with_init_runs(full)}
     config_check.check_config(full)
     # the demo's tokenizer cannot spell "zero": every run on the fold has the fold's

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate as snakemake_validate
 
-from asrflow import config_check, layout
+from asrflow import config_check, project
 from asrflow.corpus.plan import SyntheticCorpusConfig
 from asrflow.data.filter import FilterConfig
 from asrflow.data.issues import ValidationConfig
@@ -201,7 +201,7 @@ def test_holdout_defaults() -> None:
         "fractions": {"dev": 0.1, "test": 0.1},
         "seed": 0,
     }
-    assert layout.splits(config, "mine") == ["train", "dev", "test"]
+    assert project.splits(config, "mine") == ["train", "dev", "test"]
 
 
 def test_schema_defaults_match_the_code_defaults() -> None:

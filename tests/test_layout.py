@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asrflow import config_check, layout, runs
+from asrflow import config_check, layout, project, runs
 from asrflow.errors import AsrflowError
 
 DEFAULT_FRACTIONS = {"dev": 0.1, "test": 0.1}
@@ -112,37 +112,37 @@ def test_artifacts_of_different_corpora_and_splits_do_not_collide() -> None:
     ],
 )
 def test_splits_train_first(name: str, expected: list[str]) -> None:
-    assert layout.splits(CONFIG, name) == expected
+    assert project.splits(CONFIG, name) == expected
 
 
 def test_uses_holdout() -> None:
-    assert [n for n in CONFIG["corpora"] if layout.uses_holdout(CONFIG, n)] == ["held", "held3"]
+    assert [n for n in CONFIG["corpora"] if project.uses_holdout(CONFIG, n)] == ["held", "held3"]
 
 
 def test_source_manifest() -> None:
-    assert layout.source_manifest(CONFIG, "demo", "dev") == "results/corpora/demo/dev.jsonl"
-    assert layout.source_manifest(CONFIG, "mine", "train") == "d/train.jsonl"
-    assert layout.source_manifest(CONFIG, "kal", "zz") == "k/zz"
-    assert layout.source_manifest(CONFIG, "held", layout.ALL) == "d/all.jsonl"
-    assert layout.source_manifest(CONFIG, "held3", "all") == "h/all.jsonl.gz"
+    assert project.source_manifest(CONFIG, "demo", "dev") == "results/corpora/demo/dev.jsonl"
+    assert project.source_manifest(CONFIG, "mine", "train") == "d/train.jsonl"
+    assert project.source_manifest(CONFIG, "kal", "zz") == "k/zz"
+    assert project.source_manifest(CONFIG, "held", layout.ALL) == "d/all.jsonl"
+    assert project.source_manifest(CONFIG, "held3", "all") == "h/all.jsonl.gz"
 
 
 def test_source_manifest_unknown_split() -> None:
     with pytest.raises(AsrflowError, match=r"corpus 'mine' has no manifest for split 'eval'"):
-        layout.source_manifest(CONFIG, "mine", "eval")
+        project.source_manifest(CONFIG, "mine", "eval")
 
 
 @pytest.mark.parametrize("part", ["train", "dev", "test"])
 def test_source_manifest_of_holdout_corpus_only_has_all(part: str) -> None:
     with pytest.raises(AsrflowError, match=rf"'held' is split by holdout.*{part!r}"):
-        layout.source_manifest(CONFIG, "held", part)
+        project.source_manifest(CONFIG, "held", part)
 
 
 def test_unknown_corpus_lists_the_known_ones() -> None:
     with pytest.raises(AsrflowError, match=r"unknown corpus 'nope' \(config has: demo, mine, kal"):
-        layout.splits(CONFIG, "nope")
+        project.splits(CONFIG, "nope")
     with pytest.raises(AsrflowError, match=r"config has: none"):
-        layout.corpus({}, "nope")
+        project.corpus({}, "nope")
 
 
 # --- check_config ----------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def test_all_targets() -> None:
         },
         "tokenizers": {"tok": {"corpus": "demo"}},
     }
-    assert layout.all_targets(config) == [
+    assert project.all_targets(config) == [
         "results/data/demo/validation.txt",
         "results/data/demo/filtered/train.jsonl.gz",
         "results/data/demo/filtered/dev.jsonl.gz",
@@ -208,11 +208,11 @@ def test_all_targets() -> None:
 
 
 def test_all_targets_covers_every_split_and_tokenizer() -> None:
-    targets = layout.all_targets(CONFIG)
+    targets = project.all_targets(CONFIG)
     assert len(targets) == len(set(targets))
     for name in CONFIG["corpora"]:
         assert layout.validation_report(name, "txt") in targets
-        for split in layout.splits(CONFIG, name):
+        for split in project.splits(CONFIG, name):
             assert layout.filtered(name, split) in targets
     assert layout.tokenizer_file("t1", "tokens.txt") in targets
     assert layout.tokenizer_file("t2", "tokens.txt") in targets
@@ -231,9 +231,9 @@ def test_eval_sets_dev_first_then_tests_then_extra_sets() -> None:
         "evaluation": {"extra_sets": ["suppliers.messages"]},
     }
     config_check.check_config(config)
-    assert layout.eval_sets(config, "r") == ["demo.dev", "demo.test", "suppliers.messages"]
-    assert layout.dev_set(config, "r") == "demo.dev"
-    assert layout.eval_set_split(config, "suppliers.messages") == ("suppliers", "messages")
+    assert project.eval_sets(config, "r") == ["demo.dev", "demo.test", "suppliers.messages"]
+    assert project.dev_set(config, "r") == "demo.dev"
+    assert project.eval_set_split(config, "suppliers.messages") == ("suppliers", "messages")
     config["evaluation"]["extra_sets"] = ["suppliers.test"]
     with pytest.raises(AsrflowError, match=r"suppliers\.test"):
         config_check.check_config(config)
@@ -265,14 +265,14 @@ def test_split_sources_name_each_splits_manifest() -> None:
             },
         }
     }
-    assert layout.split_sources(config, "m") == {"train": "d/train.jsonl", "dev": "d/dev.jsonl"}
-    assert layout.split_sources(config, "h") == dict.fromkeys(
+    assert project.split_sources(config, "m") == {"train": "d/train.jsonl", "dev": "d/dev.jsonl"}
+    assert project.split_sources(config, "h") == dict.fromkeys(
         ("train", "dev", "test"), "d/all.jsonl"
     )
 
 
 def test_a_run_that_names_no_tokenizer_gets_an_auto_one_on_its_first_corpus() -> None:
-    from asrflow.layout import with_default_tokenizers
+    from asrflow.project import with_default_tokenizers
 
     config = {
         "corpora": {"a": {}, "b": {}},
@@ -289,7 +289,7 @@ def test_a_fine_tuning_run_keeps_its_starting_models_tokenizer_by_default() -> N
     """Issue 32: a run whose init carries a tokenizer (a package or exp dir, or another run's
     selection) takes it (``init``); a bare weights file carries none, so the run trains its own;
     a tokenizer named in the config is kept."""
-    from asrflow.layout import INIT_TOKENIZER, run_tokenizer_file, with_default_tokenizers
+    from asrflow.project import INIT_TOKENIZER, run_tokenizer_file, with_default_tokenizers
 
     config = {
         "corpora": {"a": {}},

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from asrflow import config_check, layout, runs
+from asrflow import config_check, project, runs
 from asrflow.errors import AsrflowError
 from asrflow.replicas import expand_replicas, replica_name, replica_runs
 from asrflow.settings import with_defaults
@@ -59,7 +59,7 @@ def test_each_replica_trains_with_its_seed(monkeypatch) -> None:
         settings = runs.recipe_params(out, name)["settings"]
         seeds.append((settings["trainer"]["seed"], settings["batching"]["seed"]))
     assert seeds == [(0, 0), (1, 1)]
-    assert layout.eval_sets(out, "base-seed1") == ["demo.dev", "demo.test"]
+    assert project.eval_sets(out, "base-seed1") == ["demo.dev", "demo.test"]
 
 
 def test_a_baseline_naming_a_replicated_run_points_at_its_first_replica() -> None:

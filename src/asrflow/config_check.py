@@ -8,7 +8,7 @@ is built, with one line naming the key.
 from __future__ import annotations
 
 from asrflow.errors import AsrflowError
-from asrflow.layout import INIT_TOKENIZER, Config, eval_set_split, run_dev_corpus, splits
+from asrflow.project import INIT_TOKENIZER, Config, eval_set_split, run_dev_corpus, splits
 
 
 def check_config(config: Config) -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from asrflow.errors import AsrflowError
-from asrflow.layout import Config, selected_package
+from asrflow.layout import selected_package
+from asrflow.project import Config
 
 
 def with_init_runs(config: Config) -> dict[str, Any]:

@@ -21,20 +21,9 @@ from asrflow.errors import AsrflowError
 from asrflow.evaluate.scoring import SCORING_VERSION
 from asrflow.evaluate.versions import DECODER_VERSION
 from asrflow.export.find import PACKAGE_FILES, find_config, model_sample_rate, tracked_weights
-from asrflow.layout import (
-    Config,
-    dev_set,
-    eval_file,
-    plan_file,
-    recipe_file,
-    run,
-    run_corpora,
-    run_dev_corpus,
-    run_file,
-    selected_package_files,
-    sharded_corpora,
-)
+from asrflow.layout import eval_file, plan_file, recipe_file, run_file, selected_package_files
 from asrflow.params import Operational
+from asrflow.project import Config, dev_set, run, run_corpora, run_dev_corpus, sharded_corpora
 from asrflow.recipe.checks import check_overrides
 from asrflow.recipe.inherit import (
     ARCHITECTURE_KEYS,

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from asrflow import layout, runs
+from asrflow import layout, project, runs
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "demo_ctc"
@@ -27,7 +27,7 @@ def shipped_config() -> dict:
 def test_dev_evaluation_files_are_every_artifact_on_the_dev_set_only(monkeypatch):
     monkeypatch.chdir(ROOT)  # recipes are found relative to the workflow
     config = shipped_config()
-    dev = layout.dev_set(config, RUN)
+    dev = project.dev_set(config, RUN)
     artifacts = runs.run_artifacts(config, RUN)
     assert len(artifacts) > 1 and any(".ave_" in a for a in artifacts)
     got = runs.dev_evaluation_files(config, RUN, "utterances.csv")
@@ -65,8 +65,8 @@ def test_the_run_is_checked_against_the_validation_of_every_corpus_it_meets(monk
     config["corpora"]["other"] = dict(config["corpora"]["demo"])
     config["evaluation"]["extra_sets"] = ["other.test"]
     config["runs"]["r"] = dict(config["runs"][RUN], corpora=["demo"], dev="other")
-    assert layout.test_sets(config, "r") == ["demo.test", "other.test"]
-    assert layout.selection_corpora(config, "r") == ["demo", "other"]
+    assert project.test_sets(config, "r") == ["demo.test", "other.test"]
+    assert project.selection_corpora(config, "r") == ["demo", "other"]
 
 
 def test_selection_takes_no_test_set_of_the_runs_own_train_split(monkeypatch):
@@ -77,8 +77,8 @@ def test_selection_takes_no_test_set_of_the_runs_own_train_split(monkeypatch):
     config["corpora"]["other"] = dict(config["corpora"]["demo"])
     config["evaluation"]["extra_sets"] = ["demo.train", "other.train"]
     config["runs"]["r"] = dict(config["runs"][RUN], corpora=["demo"])
-    assert "demo.train" in layout.test_sets(config, "r")
-    assert layout.held_out_test_sets(config, "r") == ["demo.test", "other.train"]
+    assert "demo.train" in project.test_sets(config, "r")
+    assert project.held_out_test_sets(config, "r") == ["demo.test", "other.train"]
 
 
 def test_the_select_rule_reads_the_utterances_csv_beside_each_dev_summary():

@@ -142,7 +142,7 @@ def find_dev_seen_groups(
 def split_roles(names: Iterable[str]) -> tuple[list[str], str | None, list[str]]:
     """``(train, dev, tests)`` of a corpus's split names, as validation reads them: the split
     named ``train``, the one named ``dev`` (the split a run selects on,
-    :func:`asrflow.layout.dev_set`), and every other split as a test set."""
+    :func:`asrflow.project.dev_set`), and every other split as a test set."""
     names = list(names)
     train = [TRAIN] if TRAIN in names else []
     dev = DEV if DEV in names else None
