@@ -24,7 +24,12 @@ command, settings, rows, the mean over folds of the held-out WER) and printed as
     uv run python bench/real_speech.py --folds nicolas --recipe demo_conformer \\
         --override trainer.max_steps=200 --override trainer.val_check_interval=100
     uv run python bench/real_speech.py --quick              # CI smoke: one fold, a few minutes
+    uv run python bench/real_speech.py --voices 100         # + 100 synthetic voices' digits
     uv run python bench/real_speech.py --table results/bench/real_speech/real_speech.json
+
+``--voices N`` adds the ten digits spoken by N synthetic eSpeak voices
+(:mod:`asrflow.corpus.voices`, joined into strings as the folds are) to every run's training, as
+a second train corpus: variety of voice the three real training speakers cannot give.
 
 Rerunning with the same ``--work`` reruns only what changed (the DAG decides; folds already
 built with the same settings are kept). The figures are one run's on a shared machine: quote
@@ -50,6 +55,7 @@ import yaml
 
 from asrflow import layout
 from asrflow.corpus.folds import PAUSE_FILLS, Fold, FoldSettings, build_fold
+from asrflow.corpus.voices import VoiceSettings, speak_takes, speaker_name
 from asrflow.errors import AsrflowError
 from asrflow.io import dumps_json, read_json, write_bytes, write_text
 from asrflow.replicas import replica_name
@@ -60,6 +66,8 @@ FSDD = REPO.parent / "shared/corpora/fsdd4/all.jsonl"
 SPEAKERS = ("george", "jackson", "lucas", "nicolas")
 RATE = 8000
 RESOURCES = {"devices": 0, "cpus_per_device": 2}
+VOICES = "voices"
+"""The corpus of synthetic voices' digits that ``--voices N`` adds to every run's training."""
 QUICK_FOLD = "nicolas"
 QUICK_OVERRIDES = {"trainer": {"max_steps": 60, "val_check_interval": 20}}
 """--quick's training: a smoke run, blank outputs (100 % WER) expected. Three validations, for the
@@ -152,10 +160,20 @@ def project_config(
     seeds: list[int] | None,
     overrides: dict[str, Any],
     decoding: str | None,
+    voices: Fold | None = None,
 ) -> dict[str, Any]:
     """The work dir's config.yaml: one corpus and run per fold, and a char tokenizer for a
-    named recipe (``auto`` takes the run's default tokenizer, ``model_type: auto``)."""
+    named recipe (``auto`` takes the run's default tokenizer, ``model_type: auto``). With
+    ``voices`` (a fold of synthetic speakers' takes), its train split is corpus ``voices``, a
+    second train corpus of every run (dev and test stay the fold's)."""
     corpora, tokenizers, runs = {}, {}, {}
+    if voices is not None:
+        corpora[VOICES] = {
+            "source": "nemo",
+            "manifests": {"train": os.path.relpath(voices.manifests["train"], work)},
+            "sampling_rate": RATE,
+            "slice_fields": ["speaker"],
+        }
     for speaker, fold in folds.items():
         n = Names(speaker, dev)
         manifests = {s: os.path.relpath(p, work) for s, p in fold.manifests.items()}
@@ -169,6 +187,8 @@ def project_config(
             corpus["validation"] = {"allow_group_overlap": ["speaker"]}
         corpora[n.corpus] = corpus
         run: dict[str, Any] = {"corpora": [n.corpus], "recipe": recipe}
+        if voices is not None:
+            run["corpora"].append(VOICES)
         if recipe != "auto":  # as a new user's config names one; auto: the run's default
             tokenizers[n.tokenizer] = {"corpus": n.corpus, "model_type": "char"}
             run["tokenizer"] = n.tokenizer
@@ -367,6 +387,12 @@ def markdown(result: dict[str, Any]) -> str:
         extra += f", seeds {', '.join(map(str, s['seeds']))}"
     if s.get("overrides"):
         extra += f", overrides {_dotted(s['overrides'])}"
+    if s.get("voices"):
+        v = s["voices"]
+        extra += (
+            f", plus the digits of {v['speakers']} synthetic voices ({v['takes']} takes each) "
+            "in training"
+        )
     lines = [
         f"Measured {result['date']} on {m['cpu']} ({m['threads']} threads), commit "
         f"{result['commit']}; recipe {s['recipe']}, dev {s['dev']}{extra}, decoding "
@@ -489,6 +515,14 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")
     p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     p.add_argument("--fold-seed", type=int, default=0, help="seed of the folds' strings")
+    p.add_argument(
+        "--voices",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add the ten digits spoken by N synthetic eSpeak voices (3 takes each, joined into "
+        "strings as the folds are) to every run's training (asrflow.corpus.voices; 0: none)",
+    )
     add_pause_fill(p)
     p.add_argument(
         "--quick",
@@ -551,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds=args.seeds,
         overrides=overrides,
         decoding=args.decoding,
+        voices=voices_fold(args, work) if args.voices else None,
     )
     write_text(work / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     rc, wall = run_snakemake(work, args.cores)
@@ -566,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": args.seeds,
             "overrides": overrides,
             "decoding": args.decoding,
+            "voices": asdict(voice_settings(args)) if args.voices else None,
             "quick": args.quick,
             "cores": args.cores,
             "source": str(args.source),
@@ -577,6 +613,25 @@ def main(argv: list[str] | None = None) -> int:
         "mean": fold_means(rows),
     }
     return finish(args.out / "real_speech.json", result, markdown(result), work)
+
+
+def voice_settings(args: argparse.Namespace) -> VoiceSettings:
+    return VoiceSettings(speakers=args.voices, takes=3, sample_rate=RATE, seed=args.fold_seed)
+
+
+def voices_fold(args: argparse.Namespace, work: Path) -> Fold:
+    """The synthetic speakers' takes joined into strings like a fold's (the first speaker's
+    test strings and a fifth of the others' takes as dev are left out of training: only the
+    train split is used)."""
+    takes = speak_takes(work / "voices" / "takes", voice_settings(args))
+    settings = FoldSettings(
+        held_out=speaker_name(0),
+        dev_fraction=0.2,
+        sample_rate=RATE,
+        seed=args.fold_seed,
+        pause_fill=args.pause_fill,
+    )
+    return build_fold(takes, work / "folds" / VOICES, settings)
 
 
 def finish(out: Path, result: dict[str, Any], table: str, work: Path) -> int:

@@ -226,6 +226,28 @@ def test_worker_start_row_has_the_docs_tables_columns() -> None:
     assert {key for key, _ in bench.PERFORMANCE_COLUMNS} >= set(row)
 
 
+def test_real_speech_adds_synthetic_voices_to_every_runs_training(tmp_path: Path) -> None:
+    from asrflow.corpus.folds import Fold
+    from asrflow.settings import with_defaults
+
+    bench = load_bench(REPO / "bench/real_speech.py")
+
+    def fold(name: str) -> Fold:
+        splits = {s: tmp_path / "folds" / name / f"{s}.jsonl" for s in ("train", "dev", "test")}
+        return Fold(tmp_path / "folds" / name, splits, {})
+
+    folds = {"lucas": fold("lucas"), "nicolas": fold("nicolas")}
+    plain = dict(dev="takes", recipe="auto", seeds=None, overrides={}, decoding=None)
+    config = bench.project_config(folds, tmp_path, **plain, voices=fold("voices"))
+    assert config["corpora"]["voices"]["manifests"] == {"train": "folds/voices/train.jsonl"}
+    assert config["runs"]["lucas_devtakes"]["corpora"] == ["fsdd_lucas_devtakes", "voices"]
+    assert config["runs"]["nicolas_devtakes"]["corpora"] == ["fsdd_nicolas_devtakes", "voices"]
+    with_defaults(config)  # a valid config: a train-only corpus is allowed
+    without = bench.project_config(folds, tmp_path, **plain)
+    assert "voices" not in without["corpora"]
+    assert without["runs"]["lucas_devtakes"]["corpora"] == ["fsdd_lucas_devtakes"]
+
+
 def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
     # two seed replicas of one fold and one plain fold: a row each, the mean over folds
     # averaging the replicas first ((0.2 + 0.4) / 2 and 0.1: 0.2); a failed run reads n/a
@@ -253,6 +275,7 @@ def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
             "seeds": [0, 1],
             "overrides": {"trainer": {"max_steps": 200}},
             "decoding": None,
+            "voices": {"speakers": 100, "takes": 3},
         },
         "rows": rows,
         "mean": bench.fold_means(rows),
@@ -267,6 +290,7 @@ def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Measured 2026-01-02 on Test CPU, 2 cores (2 usable) (2 threads)")
     assert "seeds 0, 1, overrides trainer.max_steps=200" in lines[0]
+    assert "plus the digits of 100 synthetic voices (3 takes each) in training" in lines[0]
     nicolas = "| nicolas (seed 1) | 20.00 % [18.00, 23.00] | 40.00 % [35.00, 45.00] |"
     assert f"{nicolas} valid.loss.best | 3.0 |" in lines
     assert (
