@@ -232,6 +232,7 @@ NOT_CONFIG_KEYS = {
     ("Batching", "seed"): "a recipe key (config/recipes/), not the config's",
     ("TrainerConfig", "seed"): "a recipe key (config/recipes/), not the config's",
     ("FoldSettings", "seed"): "a real-speech fold's seed (asrflow.corpus.folds), not a config key",
+    ("VoiceSettings", "seed"): "synthetic voices' seed (asrflow.corpus.voices), not a config key",
 }
 """Dataclass fields whose name and default happen to equal a config key's, and why that is not
 a second copy of the schema's default."""
