@@ -70,6 +70,7 @@ OWN_RENDERER = {
     "real_speech_dev_speaker.json": "real_speech",
     "real_speech_room.json": "real_speech",
     "real_speech_seeds.json": "real_speech",
+    "real_speech_voices.json": "real_speech",
     "fine_tuning.json": "fine_tuning",
 }
 
