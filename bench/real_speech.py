@@ -523,6 +523,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         help="add the ten digits spoken by N synthetic eSpeak voices (3 takes each, joined into "
         "strings as the folds are) to every run's training (asrflow.corpus.voices; 0: none)",
     )
+    p.add_argument(
+        "--voice-seed",
+        type=int,
+        help="seed of the --voices draw (voices, channels, takes; default: --fold-seed): a "
+        "replica over voice draws, in a --work of its own",
+    )
     add_pause_fill(p)
     p.add_argument(
         "--quick",
@@ -616,7 +622,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def voice_settings(args: argparse.Namespace) -> VoiceSettings:
-    return VoiceSettings(speakers=args.voices, takes=3, sample_rate=RATE, seed=args.fold_seed)
+    seed = args.fold_seed if args.voice_seed is None else args.voice_seed
+    return VoiceSettings(speakers=args.voices, takes=3, sample_rate=RATE, seed=seed)
 
 
 def voices_fold(args: argparse.Namespace, work: Path) -> Fold:

@@ -243,6 +243,9 @@ def test_real_speech_adds_synthetic_voices_to_every_runs_training(tmp_path: Path
     assert config["runs"]["lucas_devtakes"]["corpora"] == ["fsdd_lucas_devtakes", "voices"]
     assert config["runs"]["nicolas_devtakes"]["corpora"] == ["fsdd_nicolas_devtakes", "voices"]
     with_defaults(config)  # a valid config: a train-only corpus is allowed
+    assert bench.voice_settings(bench.arguments(["--voices", "7"])).seed == 0  # --fold-seed's
+    drawn = bench.voice_settings(bench.arguments(["--voices", "7", "--voice-seed", "5"]))
+    assert (drawn.speakers, drawn.seed) == (7, 5)
     without = bench.project_config(folds, tmp_path, **plain)
     assert "voices" not in without["corpora"]
     assert without["runs"]["lucas_devtakes"]["corpora"] == ["fsdd_lucas_devtakes"]
