@@ -16,6 +16,7 @@ import pytest
 from asrflow import io as aio
 from asrflow.io import (
     atomic_output,
+    build_dir_once,
     dumps_json,
     write_bytes,
     write_json,
@@ -357,3 +358,30 @@ def test_write_failure_is_recognised_through_torch_and_errno() -> None:
         assert aio.is_write_failure(wrapped)
     assert not aio.is_write_failure(OSError(errno.EACCES, "Permission denied"))
     assert not aio.is_write_failure(RuntimeError("CUDA out of memory"))
+
+
+def test_a_directory_is_built_once_per_record_and_a_failed_build_leaves_the_old_one(tmp_path):
+    out = tmp_path / "built"
+    calls = []
+
+    def write(tmp):
+        calls.append(tmp)
+        (tmp / "a.txt").write_text(str(len(calls)))
+
+    assert build_dir_once(out, {"seed": 1, "range": (1, 2)}, write)
+    assert (out / "a.txt").read_text() == "1"
+    assert json.loads((out / "settings.json").read_text()) == {"seed": 1, "range": [1, 2]}
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert not build_dir_once(out, {"seed": 1, "range": (1, 2)}, write)  # tuples read as lists
+    assert len(calls) == 1
+    assert build_dir_once(out, {"seed": 2, "range": (1, 2)}, write)
+    assert (out / "a.txt").read_text() == "2"
+
+    def fail(tmp):
+        (tmp / "a.txt").write_text("half")
+        raise RuntimeError("disk gone")
+
+    with pytest.raises(RuntimeError, match="disk gone"):
+        build_dir_once(out, {"seed": 3}, fail)
+    assert (out / "a.txt").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["built"]  # no temporary left behind

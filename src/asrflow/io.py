@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,30 @@ def publish_dir(tmp: Path, out: Path) -> bool:
     for p in tmp.iterdir():
         os.chmod(p, 0o644)
     replace_dir(tmp, out)
+    return True
+
+
+def build_dir_once(
+    out_dir: Pathlike, record: Mapping[str, Any], write: Callable[[Path], object]
+) -> bool:
+    """Build the directory ``out_dir`` from ``record`` (the JSON-able settings that decide its
+    bytes) unless its ``settings.json`` already holds the same record: ``write(tmp)`` fills a
+    temporary directory beside it, ``record`` goes into ``tmp/settings.json``, and the finished
+    directory replaces ``out_dir`` (:func:`replace_dir`; readable by all, as
+    :func:`publish_dir` leaves it). Returns True when it was built."""
+    out = Path(out_dir)
+    record = json.loads(json.dumps(record))  # tuples as lists, as read back
+    if (out / "settings.json").is_file() and read_json(out / "settings.json") == record:
+        return False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        write(tmp)
+        (tmp / "settings.json").write_text(dumps_json(record), encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return True
 
 

@@ -32,9 +32,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import shutil
-import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -55,7 +52,7 @@ from asrflow.corpus.connected import (
 )
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
-from asrflow.io import dumps_json, read_json, replace_dir
+from asrflow.io import build_dir_once, dumps_json, read_json
 from asrflow.types import Hz, Pathlike, Seconds
 
 logger = logging.getLogger(__name__)
@@ -210,20 +207,14 @@ def build_fold(source: Pathlike, out_dir: Pathlike, settings: FoldSettings) -> F
         "source_sha256": sha256_file(source),
         **asdict(settings),
     }
-    record = json.loads(json.dumps(record))  # tuples as lists, as read back
-    if (out / "settings.json").is_file() and read_json(out / "settings.json") == record:
+
+    def write(tmp: Path) -> None:
+        takes = read_takes(source)
+        _write(tmp, takes, split_speakers(list(takes), settings), settings)
+
+    if not build_dir_once(out, record, write):
         logger.info("fold %s: already built with the same settings", out)
         return _fold(out)
-    takes = read_takes(source)
-    speakers = split_speakers(list(takes), settings)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        _write(tmp, takes, speakers, settings)
-        (tmp / "settings.json").write_text(dumps_json(record), encoding="utf-8")
-        _publish(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     fold = _fold(out)
     logger.info(
         "fold %s: %s",
@@ -292,12 +283,6 @@ def _write(
     }
     (out / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
     (out / "parts.json").write_text(dumps_json(parts), encoding="utf-8")
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` to ``out`` (a reader never sees a half-written fold)."""
-    os.chmod(tmp, 0o755)
-    replace_dir(tmp, out)
 
 
 def _fold(out: Path) -> Fold:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from scipy.signal import lfilter
 
 from asrflow.corpus.espeak import native_sample_rate, resample, synthesize
 from asrflow.errors import AsrflowError
-from asrflow.io import dumps_json, read_json, replace_dir
+from asrflow.io import build_dir_once
 from asrflow.types import Hz, Pathlike
 
 logger = logging.getLogger(__name__)
@@ -96,20 +94,11 @@ def speak_takes(out_dir: Pathlike, settings: VoiceSettings) -> Path:
     already records the same settings; otherwise the directory is built under a temporary
     name and renamed."""
     out = Path(out_dir)
-    record = json.loads(
-        json.dumps({"writer": f"asrflow.corpus.voices/{VERSION}", **asdict(settings)})
-    )
-    if (out / "settings.json").is_file() and read_json(out / "settings.json") == record:
+    record = {"writer": f"asrflow.corpus.voices/{VERSION}", **asdict(settings)}
+    rows: list[dict] = []
+    if not build_dir_once(out, record, lambda tmp: rows.extend(_write(tmp, settings))):
         logger.info("voices %s: already written with the same settings", out)
         return out / "all.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        rows = _write(tmp, settings)
-        (tmp / "settings.json").write_text(dumps_json(record), encoding="utf-8")
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     seconds = sum(r["duration"] for r in rows)
     logger.info("voices %s: %d takes, %.2f h", out, len(rows), seconds / 3600)
     return out / "all.jsonl"
