@@ -15,8 +15,10 @@ import soundfile
 from asrflow.io import file_lock
 
 LONGEST_FIRST = (
-    "tests/test_bad_input.py",
     "tests/test_training_e2e.py",
+    "tests/test_bad_input.py",
+    "tests/test_weekly_loop_e2e.py",
+    "tests/test_revisions_e2e.py",
     "tests/test_slurm_e2e.py",
     "tests/test_replicas_e2e.py",
     "tests/test_workflow_e2e.py",

@@ -7,7 +7,7 @@ recipe, tokenizer and decoding are ``auto``. Checked: ``asrflow plan`` prints th
 values before anything trains, and they reach the model (an 8-kHz frontend, augmentation on for
 real speech), the tokenizer (characters for ten words) and the decoder (the lexicon, since every
 dev word is a train word); the summary and the report carry the plan; the selection says its dev
-holds only seen speakers. A few minutes on 2 CPU cores; what the model learns in 150 steps is
+holds only seen speakers. A few minutes on 2 CPU cores; what the model learns in 40 steps is
 not the point (the benchmark, ``bench/real_speech.py``, measures that).
 """
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 FSDD = REPO.parent / "shared/corpora/fsdd4/all.jsonl"
 TAKES_PER_DIGIT = 6
 """Of each speaker's 50 takes of each digit: 240 takes, ~1.5 minutes of train audio."""
-STEPS = 150
+STEPS = 40
 
 
 def subset_manifest(out: Path) -> Path:

@@ -20,7 +20,7 @@ import yaml
 from asrflow.data.shards import read_index
 from asrflow.hashing import sha256_file
 from tests.e2e import dry_run, rule_counts, snakemake, write_config
-from tests.test_training_e2e import CONFIG, TINY_RECIPE, prepared_tiny
+from tests.tiny_dag import CONFIG, TINY_RECIPE, prepared_tiny
 
 pytestmark = pytest.mark.slow
 

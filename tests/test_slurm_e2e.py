@@ -34,8 +34,8 @@ import yaml
 
 from asrflow.cli import main as asrflow_main
 from tests.e2e import REPO, SNAKEMAKE, environment, write_config
-from tests.test_training_e2e import CONFIG as TRAINING_CONFIG
-from tests.test_training_e2e import TINY_RECIPE
+from tests.tiny_dag import CONFIG as TRAINING_CONFIG
+from tests.tiny_dag import TINY_RECIPE
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("the_slurm_cluster_alone")]
 

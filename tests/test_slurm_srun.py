@@ -37,7 +37,7 @@ from tests.test_slurm_e2e import (
     tiny_recipe,
     trained_steps,
 )
-from tests.test_training_e2e import prepared_tiny
+from tests.tiny_dag import prepared_tiny
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("the_slurm_cluster_alone")]
 

@@ -1,23 +1,21 @@
 """End-to-end training in the workflow on a tiny corpus and a tiny model (marked slow).
 
-Covers the training issue's acceptance scenarios: the DAG runs audit -> smoke -> train and writes
-summary, checkpoints and diagnostics; a train job killed with SIGKILL midway resumes from its
-last checkpoint. Training-time faults (a token-list mismatch, damaged checkpoints, a full disk)
-are in the bad-input catalogue, tests/test_bad_input.py.
+Covers the training issue's acceptance scenarios on the finished tiny DAG
+(:func:`tests.tiny_dag.trained_tiny`): the DAG runs audit -> smoke -> train and writes summary,
+checkpoints and diagnostics, exports, evaluations, the selection and the report; a learning-rate
+change trains anew; a train job killed with SIGKILL midway resumes from its last checkpoint.
+What reruns after each kind of change is in tests/test_revisions_e2e.py, the weekly fine-tuning
+loop in tests/test_weekly_loop_e2e.py, training-time faults (a token-list mismatch, damaged
+checkpoints, a full disk) in the bad-input catalogue, tests/test_bad_input.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -26,159 +24,25 @@ import yaml
 
 from asrflow.data.cuts import load_cuts
 from asrflow.hashing import sha256_file
-from tests.e2e import (
-    REPO,
-    built_once,
-    dry_run,
-    environment,
-    executed,
-    rule_counts,
-    snakemake,
-    snakemake_command,
-    write_config,
+from tests.e2e import dry_run, environment, snakemake, snakemake_command
+from tests.tiny_dag import (
+    CONFIG,
+    DOWNSTREAM_OF_TRAIN,
+    REVISED_LR,
+    TINY_RECIPE,
+    Revised,
+    private_copy,
+    trained_tiny,
 )
 
 pytestmark = pytest.mark.slow
 
-TINY_RECIPE = {
-    "frontend": "default",
-    "frontend_conf": {
-        "fs": 16000,
-        "n_fft": 400,
-        "win_length": 400,
-        "hop_length": 160,
-        "n_mels": 40,
-    },
-    "specaug": None,
-    "normalize": "utterance_mvn",
-    "encoder": "conformer",
-    "encoder_conf": {
-        "output_size": 32,
-        "attention_heads": 2,
-        "linear_units": 64,
-        "num_blocks": 1,
-        "input_layer": "conv2d",
-        "cnn_module_kernel": 7,
-        "rel_pos_type": "latest",
-        "pos_enc_layer_type": "rel_pos",
-        "selfattention_layer_type": "rel_selfattn",
-        "use_cnn_module": True,
-    },
-    "ctc_conf": {"dropout_rate": 0.0},
-    "model_conf": {
-        "ctc_weight": 1.0,
-        "report_cer": False,
-        "report_wer": False,
-        "length_normalized_loss": False,
-    },
-    "trainer": {"max_steps": 24, "val_check_interval": 8, "gradient_clip_val": 5.0},
-    "optim": {"name": "adamw", "lr": 0.002},
-    "scheduler": {"warmup": 0.1},
-    "batching": {"max_duration": 15.0, "num_buckets": 2, "num_workers": 0},
-    "best_model_criterion": [["valid/loss", 2, "min"], ["valid/wer", 1, "min"]],
-    "diagnostics": {"num_decode_utterances": 3},
-}
-
-CONFIG = {
-    "corpora": {
-        "tiny": {
-            "source": "synthetic",
-            "synthetic": {
-                "num_utterances": 60,
-                "seed": 2,
-                "num_speakers": 4,
-                "dev_speakers": 1,
-                "test_speakers": 1,
-                "sessions_per_speaker": 1,
-                "long_fraction": 0.0,
-            },
-        }
-    },
-    "tokenizers": {"tiny_char": {"corpus": "tiny", "model_type": "char"}},
-    "runs": {
-        "tiny_ctc": {
-            "corpora": ["tiny"],
-            "tokenizer": "tiny_char",
-            "recipe": "tiny",
-            "resources": {"cpus_per_device": 2},
-        }
-    },
-    # the demo config's decoding: the rule word_lm and the lexicon + bigram search in the DAG;
-    # the test split's longest utterance (3.6 s) is decoded in windows
-    "evaluation": {
-        "decoding": {"mode": "lexicon_lm", "beam_size": 10},
-        "window_seconds": 3.0,
-        "window_overlap_seconds": 1.0,
-    },
-}
-
-
-TINY_DATA = (
-    *(f"results/data/tiny/filtered/{split}.jsonl.gz" for split in ("train", "dev", "test")),
-    "results/tokenizers/tiny_char/bpe.model",
-)
-"""CONFIG's corpus made, imported, validated and filtered, and its tokenizer trained."""
-
-
-def prepared_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A work dir with :data:`TINY_DATA` done, built once per test session and copied
-    (:func:`tests.e2e.built_once`), for modules that train on CONFIG's corpus and never change
-    it (test_replicas_e2e, test_slurm_srun). Its config is CONFIG and its recipe TINY_RECIPE; a
-    test may write others over them (data and tokenizer keys unchanged).
-
-    Not for a test that changes audio or manifests: the copy's cuts name the audio of the shared
-    build by absolute path (Lhotse's cuts do), so a change to the copy's audio goes unseen and a
-    change made through the cuts would reach every module; re-imported, the copy's own manifests
-    give cuts with other paths, hence other hashes, and everything after them reruns."""
-
-    def build(workdir: Path) -> None:
-        setup_workdir(workdir, TINY_RECIPE)  # the DAG reads the run's recipe
-        snakemake(workdir, *TINY_DATA)
-
-    return built_once(tmp_path_factory, "tiny-data", build)
-
-
-def setup_workdir(workdir: Path, recipe: dict) -> None:
-    write_config(workdir, CONFIG)
-    (workdir / "config/recipes").mkdir(parents=True, exist_ok=True)
-    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
-
-
-FIRST_PASS = (
-    "results/runs/tiny_ctc/eval/last/tiny.dev/summary.json",
-    "results/data/tiny/filtered/test.jsonl.gz",
-)
-"""What the work dir had before its learning rate changed: every data step, a completed training
-and one of its evaluations (archived, so that the report has an earlier revision to keep)."""
-REVISED_LR = 0.0015
-
-
-@dataclass(frozen=True)
-class Revised:
-    """The module's work dir, and what it looked like around its learning-rate change."""
-
-    workdir: Path
-    old_summary: dict
-    planned: dict[str, int]  # the dry run's jobs by rule, right after the change
-    status: str  # `asrflow status` right after the change
-
 
 @pytest.fixture(scope="module")
 def revised(tmp_path_factory) -> Revised:
-    """Issue 11's headline scenario, which is also how the module's work dir is built (one whole
-    DAG instead of two): the tiny run trained and partly evaluated at lr 0.002, then the recipe's
-    lr changed to 0.0015 and the whole DAG run."""
-    workdir = tmp_path_factory.mktemp("train")  # not prepared_tiny: tests here change the data
-    setup_workdir(workdir, TINY_RECIPE)
-    snakemake(workdir, *FIRST_PASS)
-    old = json.loads((workdir / "results/runs/tiny_ctc/train/summary.json").read_text())
-    recipe = json.loads(json.dumps(TINY_RECIPE))
-    recipe["optim"]["lr"] = REVISED_LR
-    (workdir / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
-    planned = rule_counts(dry_run(workdir))
-    status = _status(workdir).stdout  # asrflow status says why, as Snakemake sees it
-    snakemake(workdir)
-    return Revised(workdir, old, planned, status)
+    """The module's copy of the finished tiny DAG, with what it looked like around its
+    learning-rate change (see :func:`tests.tiny_dag.trained_tiny`)."""
+    return trained_tiny(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +125,6 @@ def test_every_artifact_is_exported_as_a_package_espnet_loads(trained):
 
 
 def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
-    import pandas as pd
 
     run = trained / "results/runs/tiny_ctc"
     artifacts = ["last", "valid.loss.ave_2best", "valid.loss.best", "valid.wer.best"]
@@ -345,76 +208,6 @@ def test_every_artifact_is_evaluated_selected_on_dev_and_reported(trained):
 
 # --- what reruns when (issue 11): each test leaves the work dir as up to date as it found it ---
 
-DOWNSTREAM_OF_TRAIN = {
-    "smoke_train": 1,
-    "train": 1,
-    "average_checkpoints": 1,
-    "export_artifact": 4,
-    "plot_learning_curves": 1,
-    "evaluate": 8,
-    "plot_slices": 2,
-    "select_model": 1,
-    "report": 1,
-    "plot_differences": 1,
-}
-"""The jobs after a change to what a run trains from (its audit reruns only for batching)."""
-
-
-def _status(workdir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml"]
-    return subprocess.run(
-        [sys.executable, "-m", "asrflow.cli", "status", "--", *args],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env or environment(),
-    )
-
-
-@contextlib.contextmanager
-def _restored(*paths: Path):
-    """Put the files back as they were (new mtime, as an editor would) and let the data
-    checkpoint settle again."""
-    saved = {p: p.read_bytes() for p in paths}
-    try:
-        yield
-    finally:
-        for p, data in saved.items():
-            p.write_bytes(data)
-
-
-def _private_copy(workdir: Path, tmp_path: Path) -> Path:
-    """A copy of the shared finished workdir (8 MB) for a test that changes its recipe, so that
-    every other test still sees the recipe it was written against, in any order."""
-    copy = tmp_path / "workdir"
-    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("locks"))
-    return copy
-
-
-def _settle(workdir: Path) -> None:
-    snakemake(workdir, "--until", "validate_corpus")
-    assert dry_run(workdir) == set()
-
-
-def test_changes_that_cannot_change_a_result_rerun_nothing(trained):
-    assert dry_run(trained) == set()
-    recipe, config = trained / "config/recipes/tiny.yaml", trained / "config.yaml"
-    with _restored(recipe, config):
-        os.utime(trained / "results/corpora/tiny/dev.jsonl")  # touched, content unchanged
-        data = yaml.safe_load(recipe.read_text())
-        data["diagnostics"]["num_decode_utterances"] = 1  # operational recipe keys
-        data["batching"]["num_workers"] = 1
-        data["batching"]["worker_nice"] = 5
-        reordered = dict(reversed(list(data.items())))
-        recipe.write_text("# a comment\n" + yaml.safe_dump(reordered, sort_keys=False))
-        cfg = yaml.safe_load(config.read_text())
-        cfg["evaluation"].update(batch_seconds=30, device="cpu")
-        synthetic = cfg["corpora"]["tiny"]["synthetic"]  # the same settings in another order
-        cfg["corpora"]["tiny"]["synthetic"] = dict(reversed(list(synthetic.items())))
-        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        assert dry_run(trained) == set()
-
 
 def test_a_dry_run_of_the_finished_dag_never_imports_torch(trained):
     """Issue 13: building the DAG (every snakemake call, every SLURM job start) must not pay for
@@ -436,285 +229,6 @@ def test_a_dry_run_of_the_finished_dag_never_imports_torch(trained):
     }
     assert "asrflow.layout" in imported  # the probe sees the workflow's own imports
     assert not imported & {"torch", "lightning", "espnet2", "torchaudio"}
-
-
-def test_status_is_up_to_date_and_names_what_a_library_change_touches(trained, tmp_path):
-    proc = _status(trained)
-    assert proc.returncode == 0 and "up to date" in proc.stdout, proc.stdout + proc.stderr
-    src = tmp_path / "src"  # a checkout whose scoring module was edited
-    shutil.copytree(REPO / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
-    # the library reads its defaults from the checkout's schema (asrflow.settings.schema_file)
-    (tmp_path / "config").mkdir()
-    shutil.copy(REPO / "config/config.schema.yaml", tmp_path / "config")
-    scoring = src / "asrflow/evaluate/scoring.py"
-    original = scoring.read_text()
-    scoring.write_text(original + "\n# an edit that changes nothing\n")
-    env = {**environment(), "PYTHONPATH": str(src)}
-    assert dry_run(trained, env=env) == set()  # a library edit reruns nothing by itself ...
-    proc = _status(trained, env=env)  # ... but is never invisible
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    flagged = {line.split(":")[0] for line in proc.stdout.splitlines() if not line[:1].isspace()}
-    assert "evaluate" in flagged and "train_tokenizer" not in flagged, proc.stdout
-    assert "code: asrflow.evaluate.scoring (changed since the step ran it)" in proc.stdout
-    # a new scorer version reruns every evaluation, the choice on dev and the report
-    version = re.search(r"^SCORING_VERSION = (\d+)$", original, re.M)
-    bumped = original.replace(version.group(0), f"SCORING_VERSION = {int(version.group(1)) + 1}")
-    scoring.write_text(bumped)
-    after_evaluate = {
-        "evaluate": 8,
-        "select_model": 1,
-        "plot_slices": 2,
-        "report": 1,
-        "plot_differences": 1,
-    }
-    assert rule_counts(dry_run(trained, env=env)) == after_evaluate
-    # so does a new decoder version (a change that can change a transcript)
-    scoring.write_text(original)
-    versions = src / "asrflow/evaluate/versions.py"
-    text = versions.read_text()
-    version = re.search(r"^DECODER_VERSION = (\d+)$", text, re.M)
-    versions.write_text(
-        text.replace(version.group(0), f"DECODER_VERSION = {int(version.group(1)) + 1}")
-    )
-    assert rule_counts(dry_run(trained, env=env)) == after_evaluate
-
-
-def test_audio_changed_after_the_gate_reimports_and_revalidates_its_split(trained):
-    row = json.loads((trained / "results/corpora/tiny/dev.jsonl").read_text().splitlines()[0])
-    wav = trained / "results/corpora/tiny" / row["audio_filepath"]
-    with _restored(wav):
-        wav.write_bytes(wav.read_bytes()[: wav.stat().st_size // 2])  # truncated
-        jobs = dry_run(trained)
-        imports = {j for j in jobs if j.startswith("import_manifest")}
-        assert imports == {"import_manifest[corpus=tiny, split=dev]"}
-        assert "validate_corpus[corpus=tiny]" in jobs
-        proc = snakemake(trained, check=False)  # the gate refuses the truncated file
-        assert proc.returncode != 0
-        log = (trained / "logs/validate_corpus/tiny.log").read_text()
-        assert f"{row['utt_id']}: audio " in log and "is truncated: its header says" in log
-    proc = snakemake(trained)  # restored: imported again (the same cuts) and validated
-    assert executed(proc) == {
-        "import_manifest[corpus=tiny, split=dev]",
-        "validate_corpus[corpus=tiny]",
-    }
-    assert dry_run(trained) == set()
-
-
-def test_a_dev_transcript_change_reruns_training_but_not_the_tokenizer(trained):
-    manifest = trained / "results/corpora/tiny/dev.jsonl"
-    with _restored(manifest):
-        rows = manifest.read_text().splitlines()
-        first = json.loads(rows[0])
-        rows[0] = json.dumps({**first, "text": first["text"] + " again"})
-        manifest.write_text("\n".join(rows) + "\n")
-        snakemake(trained, "--until", "validate_corpus")
-        jobs = dry_run(trained)
-        assert rule_counts(jobs) == {"filter_split": 1, **DOWNSTREAM_OF_TRAIN}
-        assert "filter_split[corpus=tiny, split=dev]" in jobs
-    _settle(trained)
-
-
-def test_a_train_filter_change_that_keeps_train_and_dev_changes_no_evaluation(trained):
-    """Issue 30: the training filter shapes what is trained on, never an eval set. A bound that
-    removes only the test split's longest utterance (3.6 s; train and dev are at most 3.3 and
-    2.6 s) reruns the three filter jobs (their params changed), and once they have written
-    train and dev as they were, nothing: before, the test set lost that utterance and its four
-    evaluations reran on the rest."""
-    config = trained / "config.yaml"
-    with _restored(config):
-        cfg = yaml.safe_load(config.read_text())
-        cfg["corpora"]["tiny"]["filter"] = {"max_duration": 3.5}
-        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        ran = executed(snakemake(trained, "--until", "filter_split"))
-        assert rule_counts(ran) == {"filter_split": 3}, ran
-        report = json.loads((trained / "results/data/tiny/filtered/test.report.json").read_text())
-        assert report["removed_by_reason"]["too_long"] == 1
-        assert dry_run(trained) == set()
-    snakemake(trained, "--until", "filter_split")  # the default bounds back
-    _settle(trained)
-
-
-def test_added_train_utterances_rerun_the_tokenizer_and_everything_after(trained):
-    import soundfile
-
-    manifest = trained / "results/corpora/tiny/train.jsonl"
-    rows = manifest.read_text().splitlines()
-    first = json.loads(rows[0])
-    audio, rate = soundfile.read(manifest.parent / first["audio_filepath"])
-    extra = manifest.parent / "audio/extra_00001.wav"
-    with _restored(manifest):
-        soundfile.write(extra, audio * 0.5, rate)
-        added = {**first, "audio_filepath": "audio/extra_00001.wav", "utt_id": "extra_00001"}
-        manifest.write_text("\n".join([*rows, json.dumps(added)]) + "\n")
-        snakemake(trained, "--until", "validate_corpus")
-        jobs = dry_run(trained)
-        expected = {"filter_split": 1, "train_tokenizer": 1, "word_lm": 1, "audit_batches": 1}
-        assert rule_counts(jobs) == {**expected, **DOWNSTREAM_OF_TRAIN}
-        assert "filter_split[corpus=tiny, split=train]" in jobs
-    extra.unlink()
-    _settle(trained)
-
-
-def test_a_new_extra_eval_set_evaluates_only_that_set(trained):
-    config = trained / "config.yaml"
-    with _restored(config):
-        cfg = yaml.safe_load(config.read_text())
-        cfg["evaluation"]["extra_sets"] = ["tiny.train"]
-        config.write_text(yaml.safe_dump(cfg))
-        jobs = dry_run(trained)
-        assert rule_counts(jobs) == {
-            "evaluate": 4,
-            "plot_slices": 1,
-            "report": 1,
-            "plot_differences": 1,
-        }
-        assert all("eval_set=tiny.train" in j for j in jobs if j.startswith("evaluate"))
-
-
-def test_a_new_run_on_a_trained_corpus_reruns_none_of_the_jobs_before_it(trained):
-    """Comparing a recipe means adding a run beside a trained one. The corpus's validation took
-    the runs' names with their frontends' rates as a param, so a new run revalidated the
-    corpus and retrained every run on it; now only the new run's jobs and the report run."""
-    config = trained / "config.yaml"
-    with _restored(config):
-        cfg = yaml.safe_load(config.read_text())
-        cfg["runs"]["tiny_ctc_b"] = {
-            **cfg["runs"]["tiny_ctc"],
-            "overrides": {"batching": {"seed": 1}},
-        }
-        config.write_text(yaml.safe_dump(cfg))
-        jobs = dry_run(trained)
-        new = {j for j in jobs if "run=tiny_ctc_b" in j}
-        assert {j.split("[")[0] for j in new} >= {"audit_batches", "smoke_train", "train"}, jobs
-        assert {j.split("[")[0] for j in jobs - new} <= {"report", "plot_differences"}, jobs
-
-
-WEEK2 = {
-    "source": "synthetic",
-    "synthetic": {**CONFIG["corpora"]["tiny"]["synthetic"], "num_utterances": 40, "seed": 3},
-}
-"""The weekly loop's data revision: new utterances of the same kind (another seed), a corpus
-beside last week's (``tiny``), which the base run trained on and is not changed."""
-
-
-def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_lora(
-    trained, tmp_path
-):
-    """Issue 32, the weekly loop: a base run (tiny_ctc) is last week's model; a data revision
-    adds a corpus; a child fine-tunes the base's selected package on it with rehearsal of last
-    week's corpus (``weights``), and a sibling does the same with LoRA. One DAG trains both: the
-    child starts from the package the parent's selection chose (a DAG edge through rule
-    publish_selected) with the model and tokenizer that package describes; the LoRA sibling
-    trains only its pairs and exports the merged model as a plain ESPnet package, evaluated in
-    bf16; the report sets each child against the parent on the eval set they share (last week's
-    test split: did the child forget it?). A republished parent that comes out byte-identical
-    retrains nothing; another chosen model reruns both children."""
-    import torch
-
-    from asrflow.export.adapter import merge_adapter
-
-    workdir = _private_copy(trained, tmp_path)
-    config = workdir / "config.yaml"
-    cfg = yaml.safe_load(config.read_text())
-    cfg["corpora"]["week2"] = WEEK2
-    parent = {k: v for k, v in cfg["runs"]["tiny_ctc"].items() if k != "tokenizer"}
-    week = {"corpora": ["week2", "tiny"], "weights": [3, 1]}  # new data, rehearsal of the old
-    # a short budget, and one criterion: baseline, last and best are enough to compare (each
-    # artifact is evaluated on three eval sets)
-    budget = {
-        "trainer": {"max_steps": 8, "val_check_interval": 4},
-        "best_model_criterion": [["valid/loss", 1, "min"]],
-    }
-    cfg["runs"]["child"] = {**parent, **week, "init": {"run": "tiny_ctc"}, "overrides": budget}
-    lora = {"run": "tiny_ctc", "adapter": {"rank": 2, "alpha": 4}}
-    cfg["runs"]["lora"] = {**parent, **week, "init": lora, "overrides": budget}
-    config.write_text(yaml.safe_dump(cfg))
-    summary_file = "results/runs/child/train/summary.json"
-    jobs = dry_run(workdir, summary_file)
-    assert "publish_selected[run=tiny_ctc]" in {j.replace(" ", "") for j in jobs}, jobs
-    assert not any("run=tiny_ctc" in j for j in jobs if not j.startswith("publish")), jobs
-    evaluation = "results/runs/lora/eval/last/week2.dev/summary.json"
-    snakemake(workdir, summary_file, evaluation, "results/report/comparison.csv")
-
-    # the full fine-tune: the parent's selected package, its model and its tokenizer
-    selected = json.loads((workdir / "results/runs/tiny_ctc/selected.json").read_text())
-    summary = json.loads((workdir / summary_file).read_text())
-    assert summary["status"] == "completed", summary
-    assert summary["init"]["run"] == "tiny_ctc"
-    assert summary["init"]["model"] == "results/runs/tiny_ctc/selected"
-    assert summary["init"]["package"]["artifact"] == selected["selected"]
-    assert summary["init"]["package"]["provenance"], summary["init"]["package"]
-    assert summary["init"]["fresh_keys"] == 0, summary["init"]
-    assert summary["init"]["vocabulary"]["same"] is True, summary["init"]
-    tokenizer = json.loads((workdir / "results/runs/child/tokenizer/summary.json").read_text())
-    assert tokenizer["source"]["model"] == "results/runs/tiny_ctc/selected"
-    assert all(c["utterances_with_unknown"] == 0 for c in tokenizer["coverage"].values())
-    parent_tokens = workdir / "results/runs/tiny_ctc/selected/tokens.txt"
-    assert (workdir / "results/runs/child/tokenizer/tokens.txt").read_text() == (
-        parent_tokens.read_text()
-    )
-    assert summary["architecture"]["from"] == "results/runs/tiny_ctc/selected/config.yaml"
-    assert summary["steps"] == 8
-
-    # the LoRA sibling: only its pairs train; the export is the merged model
-    summary = json.loads((workdir / "results/runs/lora/train/summary.json").read_text())
-    init = summary["init"]
-    assert init["adapter"]["rank"] == 2 and init["adapted_modules"] == 2, init  # one block: q, v
-    assert summary["trainable_parameters"] == init["adapter_parameters"] > 0, summary
-    assert summary["trainable_parameters"] < summary["num_parameters"] / 5, summary
-    package = workdir / "results/runs/lora/export/last"
-    weights = torch.load(package / "model.pth", weights_only=True)
-    assert not any("lora" in k for k in weights), sorted(weights)[:5]
-    parent_weights = torch.load(
-        workdir / "results/runs/tiny_ctc/selected/model.pth", weights_only=True
-    )
-    assert set(weights) == set(parent_weights)
-    # BatchNorm's running statistics are buffers: they follow the new data in train mode
-    # (as with ESPnet's freeze_param); every parameter but the adapted ones is the parent's
-    buffers = ("running_mean", "running_var", "num_batches_tracked")
-    moved = [k for k in weights if not torch.equal(weights[k], parent_weights[k])]
-    params = [k for k in moved if not k.endswith(buffers)]
-    assert params and all(k.endswith(("linear_q.weight", "linear_v.weight")) for k in params)
-    # beside it the adapter-only export: the two adapted layers as rank-2 factors, the moved
-    # buffers whole, and the parent's hash; rebuilt from the parent's weights it is the model
-    adapter = json.loads((package / "package.json").read_text())["adapter"]
-    assert adapter["low_rank_tensors"] == 2, adapter
-    assert adapter["whole_tensors"] == len(moved) - 2, adapter
-    assert adapter["base_model_sha256"] == sha256_file(
-        workdir / "results/runs/tiny_ctc/selected/model.pth"
-    )
-    assert adapter["bytes"] < (package / "model.pth").stat().st_size, adapter
-    rebuilt = merge_adapter(package, workdir / "results/runs/tiny_ctc/selected/model.pth")
-    assert all(torch.allclose(rebuilt[k], weights[k], rtol=0, atol=1e-5) for k in weights)
-    scored = json.loads((workdir / evaluation).read_text())
-    assert scored["utterances_scored"] == scored["utterances_total"] > 0, scored
-
-    # the report: each child's selected model against its parent's, utterance by utterance, on
-    # last week's test split (the new corpus is the children's dev set; the parent never saw it)
-    report = pd.read_csv(workdir / "results/report/comparison.csv")
-    for child in ("child", "lora"):
-        chosen = report[(report["run"] == child) & report["selected"]]
-        assert set(chosen["eval_set"]) == {"week2.dev", "week2.test", "tiny.test"}, chosen
-        assert (chosen["parent_run"] == "tiny_ctc").all(), chosen
-        shared = chosen[chosen["eval_set"] == "tiny.test"]
-        assert shared["wer_diff_vs_parent"].notna().all(), shared
-    assert report.loc[report["run"] == "tiny_ctc", "parent_run"].isna().all()
-    # the LoRA sibling's trained artifacts carry their adapter's size (the baseline, the
-    # parent's weights as they are, has none, nor has the full fine-tune)
-    trained_lora = report[(report["run"] == "lora") & (report["artifact"] != "baseline")]
-    assert len(trained_lora) and trained_lora["adapter_bytes"].notna().all(), trained_lora
-    assert report.loc[report["run"] != "lora", "adapter_bytes"].isna().all()
-
-    # the parent republished with the same bytes: nothing of the children reruns
-    snakemake(workdir, "results/runs/tiny_ctc/selected/model.pth", "--forcerun", "publish_selected")
-    assert dry_run(workdir, summary_file, "results/runs/lora/train/summary.json") == set()
-    # the parent retrains (its own override changed): its new selection reaches both children
-    cfg["runs"]["tiny_ctc"]["overrides"] = {"trainer": {"seed": 1}}
-    config.write_text(yaml.safe_dump(cfg))
-    jobs = dry_run(workdir, summary_file, "results/runs/lora/train/summary.json")
-    for job in ("train[run=tiny_ctc]", "publish_selected[run=tiny_ctc]", "train[run=child]",
-                "train[run=lora]"):  # fmt: skip
-        assert job in jobs, jobs
 
 
 def test_the_trained_dags_report_page_renders_in_a_browser(trained, tmp_path):
@@ -743,7 +257,6 @@ def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
     weights. Now the run trains anew, and its summary, exports and report rows carry the new
     recipe hash; identical weights were decoded once; the average's record lists what it
     averaged. (The module's fixture made the change: see `revised`.)"""
-    import pandas as pd
 
     from asrflow.recipe.load import load_recipe
     from asrflow.runs import train_overrides
@@ -800,7 +313,7 @@ def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
 
 
 def test_killed_train_job_resumes_from_its_last_checkpoint(trained, tmp_path):
-    trained = _private_copy(trained, tmp_path)
+    trained = private_copy(trained, tmp_path)
     recipe = json.loads(json.dumps(TINY_RECIPE))
     recipe["trainer"].update(max_steps=48, val_check_interval=4)
     (trained / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))
