@@ -14,6 +14,11 @@ import soundfile
 
 from asrflow.io import file_lock
 
+# One OpenMP thread for torch in every test process and what it starts (before torch is
+# imported): the workers run side by side on few cores, where a second thread mostly spins
+# (measured: tests/e2e.py, snakemake_command). Tests of thread counts set their own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 LONGEST_FIRST = (
     "tests/test_training_e2e.py",
     "tests/test_bad_input.py",

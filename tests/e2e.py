@@ -21,6 +21,14 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def snakemake_command(*args: str) -> list[str]:
+    """Snakemake on the test's work dir: two jobs at once, each with one CPU thread.
+
+    ``--max-threads 1``: pytest-xdist runs one worker more than there are cores, each worker
+    may run a DAG, and a job of two OpenMP threads (train, evaluate) beside other busy processes
+    spends most of its CPU time spinning while it waits for its other thread. Measured on the
+    2-core CI machine kind: three processes of 1,500 small convolution steps (the tiny model's
+    kind of work), 2 threads each, took 57 s and 112 s of CPU; with one thread each, 6 s and
+    11 s (alone, one process: 3.4 s with 2 threads, 3.7 s with 1)."""
     return [
         *SNAKEMAKE,
         "--snakefile",
@@ -29,6 +37,8 @@ def snakemake_command(*args: str) -> list[str]:
         "config.yaml",
         "--cores",
         "2",
+        "--max-threads",
+        "1",
         *args,
     ]
 
