@@ -71,6 +71,7 @@ OWN_RENDERER = {
     "real_speech_room.json": "real_speech",
     "real_speech_seeds.json": "real_speech",
     "real_speech_voices.json": "real_speech",
+    "real_speech_voices_draw1.json": "real_speech",
     "fine_tuning.json": "fine_tuning",
 }
 
