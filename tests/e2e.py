@@ -113,8 +113,13 @@ def built_once(
             cache.mkdir()
             build(cache)
             done.touch()
-    copy = tmp_path_factory.mktemp(name)
+    return copy_workdir(cache, tmp_path_factory.mktemp(name))
+
+
+def copy_workdir(workdir: Path, copy: Path) -> Path:
+    """A private copy of a finished work dir, for a test that changes it: symlinks kept, without
+    Snakemake's locks (``copy`` may exist, empty)."""
     shutil.copytree(
-        cache, copy, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("locks")
+        workdir, copy, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("locks")
     )
     return copy

@@ -37,7 +37,7 @@ import soundfile
 import yaml
 
 from tests.conftest import utterance_rows, write_wav
-from tests.e2e import REPO, environment, snakemake, snakemake_command, write_config
+from tests.e2e import REPO, copy_workdir, environment, snakemake, snakemake_command, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -598,12 +598,6 @@ def trained(tmp_path_factory) -> tuple[Path, dict[str, Corpus], str]:
     return workdir, corpora, proc.stdout + proc.stderr
 
 
-def _private_copy(workdir: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("locks"))
-    return copy
-
-
 def _failed(workdir: Path, rule: str, run: str) -> str:
     log = (workdir / f"logs/{rule}/{run}.log").read_text()
     assert f"rule {rule} failed: " in log, log[-3000:]
@@ -659,7 +653,7 @@ def test_a_fine_tuning_run_trains_the_packages_model_not_its_recipes(trained) ->
 
 
 def test_a_damaged_last_checkpoint_falls_back_to_an_intact_one(trained, tmp_path) -> None:
-    workdir = _private_copy(trained[0], tmp_path)
+    workdir = copy_workdir(trained[0], tmp_path / "run")
     checkpoints = workdir / "results/work/good/checkpoints"
     last = checkpoints / "last.ckpt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # cut short
@@ -674,7 +668,7 @@ def test_a_damaged_last_checkpoint_falls_back_to_an_intact_one(trained, tmp_path
 def test_no_intact_checkpoint_says_to_delete_the_work_dir_and_that_recovers(
     trained, tmp_path
 ) -> None:
-    workdir = _private_copy(trained[0], tmp_path)
+    workdir = copy_workdir(trained[0], tmp_path / "run")
     checkpoints = workdir / "results/work/good/checkpoints"
     for ckpt in checkpoints.glob("*.ckpt"):
         ckpt.unlink()
@@ -700,7 +694,7 @@ def test_a_disk_that_fills_during_a_checkpoint_write_leaves_no_torn_file(trained
     a rerun with room trains the run."""
     from asrflow.checkpoints import read_training_checkpoint
 
-    workdir = _private_copy(trained[0], tmp_path)
+    workdir = copy_workdir(trained[0], tmp_path / "run")
     shutil.rmtree(workdir / "results/work/good")  # train from scratch
     limit = 80_000
 
@@ -728,7 +722,7 @@ def test_a_disk_that_fills_during_a_checkpoint_write_leaves_no_torn_file(trained
 def test_a_token_list_that_does_not_match_the_tokenizer_stops_the_smoke_run(
     trained, tmp_path
 ) -> None:
-    workdir = _private_copy(trained[0], tmp_path)
+    workdir = copy_workdir(trained[0], tmp_path / "run")
     tokens = workdir / "results/tokenizers/clean_char/tokens.txt"
     lines = tokens.read_text().splitlines()
     lines[2], lines[3] = lines[3], lines[2]
@@ -755,7 +749,7 @@ def test_a_tokenizer_that_cannot_spell_the_runs_text_stops_the_smoke_run(trained
     from asrflow.tokenizer import TokenizerConfig, train_tokenizer
     from tests.cuts import audio_less_cut
 
-    workdir = _private_copy(trained[0], tmp_path)
+    workdir = copy_workdir(trained[0], tmp_path / "run")
     other = tmp_path / "other.jsonl.gz"  # another corpus's text: no a, c, f, z
     cuts = (audio_less_cut(f"o{i}", text="hello number one two three") for i in range(3))
     save_cuts(CutSet.from_cuts(cuts), other)

@@ -24,14 +24,13 @@ import yaml
 
 from asrflow.data.cuts import load_cuts
 from asrflow.hashing import sha256_file
-from tests.e2e import dry_run, environment, snakemake, snakemake_command
+from tests.e2e import copy_workdir, dry_run, environment, snakemake, snakemake_command
 from tests.tiny_dag import (
     CONFIG,
     DOWNSTREAM_OF_TRAIN,
     REVISED_LR,
     TINY_RECIPE,
     Revised,
-    private_copy,
     trained_tiny,
 )
 
@@ -313,7 +312,7 @@ def test_a_changed_learning_rate_trains_anew_and_every_row_says_so(revised):
 
 
 def test_killed_train_job_resumes_from_its_last_checkpoint(trained, tmp_path):
-    trained = private_copy(trained, tmp_path)
+    trained = copy_workdir(trained, tmp_path / "workdir")
     recipe = json.loads(json.dumps(TINY_RECIPE))
     recipe["trainer"].update(max_steps=48, val_check_interval=4)
     (trained / "config/recipes/tiny.yaml").write_text(yaml.safe_dump(recipe))

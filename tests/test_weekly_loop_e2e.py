@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from asrflow.hashing import sha256_file
-from tests.e2e import dry_run, snakemake
-from tests.tiny_dag import CONFIG, private_copy, trained_tiny
+from tests.e2e import copy_workdir, dry_run, snakemake
+from tests.tiny_dag import CONFIG, trained_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
 
     from asrflow.export.adapter import merge_adapter
 
-    workdir = private_copy(trained, tmp_path)
+    workdir = copy_workdir(trained, tmp_path / "workdir")
     config = workdir / "config.yaml"
     cfg = yaml.safe_load(config.read_text())
     cfg["corpora"]["week2"] = WEEK2

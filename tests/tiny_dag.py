@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -185,14 +184,6 @@ def restored(*paths: Path):
     finally:
         for p, data in saved.items():
             p.write_bytes(data)
-
-
-def private_copy(workdir: Path, tmp_path: Path) -> Path:
-    """A copy of the shared finished workdir (8 MB) for a test that changes its recipe, so that
-    every other test still sees the recipe it was written against, in any order."""
-    copy = tmp_path / "workdir"
-    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("locks"))
-    return copy
 
 
 def settle(workdir: Path) -> None:
