@@ -1202,6 +1202,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
         f"overrides {overrides or '-'}; "
         f"{recipe.batching.num_workers} DataLoader worker(s) in both trainers"
     )
+    print(f"optimizer: {optimizer_implementations(recipe, dev)}")
     print(
         f"batches: asrflow Lhotse max_duration {recipe.batching.max_duration:g} s, "
         f"{recipe.batching.num_buckets} buckets: {target:.2f} audio s/batch over an epoch "
@@ -1231,6 +1232,23 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     write_json(args, recipe, overrides, target, [espnet, asrflow, bare_a, bare_e], load_before)
 
 
+def optimizer_implementations(recipe: Recipe, device: str) -> str:
+    """How each loop's optimizer computes its update: asrflow's and the bare loop's as the
+    recipe's ``optim.implementation`` resolves on ``device``, ESPnet2's PyTorch's default (its
+    ``optim_conf`` has no such key here)."""
+    from asrflow.train.loop.schedule import implementation_kwargs
+
+    how = implementation_kwargs(recipe.optim.implementation, [torch.zeros(1, device=device)])
+    ours = "fused" if how.get("fused") else "foreach" if how.get("foreach") else "for_loop"
+    if not how:
+        ours = "PyTorch's default"
+    default = "foreach" if device == "cuda" else "for_loop"
+    return (
+        f"{recipe.optim.name} {ours} in asrflow and the bare loop (optim.implementation "
+        f"{recipe.optim.implementation}), ESPnet2's PyTorch's default ({default})"
+    )
+
+
 def write_json(
     args: argparse.Namespace,
     recipe: Recipe,
@@ -1254,7 +1272,8 @@ def write_json(
         f"{batches}), {where}, {args.threads} threads, batches of "
         f"{batch_audio:.2f} s of audio (`espnet_speed.py{' --breakdown' if args.breakdown else ''}"
         f"{' ' + options if options else ''}`, {args.rounds} interleaved rounds of {args.steps} "
-        f"steps after {args.warmup})"
+        f"steps after {args.warmup}); optimizer "
+        f"{optimizer_implementations(recipe, 'cuda' if args.device == 'cuda' else 'cpu')}"
     )
     data = figures_json(
         PERFORMANCE_COLUMNS, figures_rows(*loops, what), load_before=load_before,

@@ -93,6 +93,18 @@ def test_batching_section_is_the_samplers_settings(tmp_path):
     assert dropping.identity_sha256() != r.identity_sha256()
 
 
+def test_the_optimizer_implementation_stays_out_of_existing_recipes_hashes(tmp_path):
+    """optim.implementation came later: at its default (auto) it is not in the recipe's data,
+    so no existing run's hash changed; set, it is a setting like any other."""
+    r = recipe_from_dict(MODEL)
+    assert r.optim.implementation == "auto"
+    assert "implementation" not in r.to_dict()["optim"]
+    loop = load_recipe(write(tmp_path, {**MODEL, "optim": {"implementation": "for_loop"}}))
+    assert loop.to_dict()["optim"]["implementation"] == "for_loop"
+    assert recipe_from_dict(loop.to_dict()) == loop
+    assert loop.identity_sha256() != r.identity_sha256()
+
+
 def test_the_workers_priority_is_operational(tmp_path):
     """batching.worker_nice only decides when the workers get a core: not part of the recipe's
     identity (changing it resumes a run, reruns nothing), and not a sampler argument."""
@@ -214,6 +226,7 @@ def test_noise_snr_parses_is_checked_and_stays_out_of_the_hash_when_off(tmp_path
         ({"trainer": {"max_steps": 10.0}}, r"trainer\.max_steps must be an integer"),
         ({"optim": {"betas": [0.9]}}, r"optim\.betas must be a list of 2 numbers"),
         ({"optim": "adam"}, r"optim: adam is ESPnet's syntax"),
+        ({"optim": {"implementation": "fast"}}, r"optim\.implementation must be one of auto"),
         ({"best_model_criterion": [["valid", "loss", "min"]]}, r"\[monitor, top_k, mode\]"),
         ({"best_model_criterion": [["valid/acc", "max", 10]]}, r"ESPnet3's"),
         ({"batching": {"max_duration": 0}}, r"batching\.max_duration must be a positive"),

@@ -13,6 +13,7 @@ from asrflow.recipe.sections import OptimConfig, Recipe, SchedulerConfig, Traine
 from asrflow.train.loop.schedule import (
     build_optimizer,
     build_scheduler,
+    implementation_kwargs,
     total_steps,
     warmup_cosine_lambda,
     warmup_steps,
@@ -175,3 +176,54 @@ def test_scheduler_steps_once_per_optimizer_step_under_accumulation(tmp_path):
     f = warmup_cosine_lambda(2, 6, 0.25)
     assert seen[0::2] == pytest.approx([f(s) for s in range(6)])
     assert model.optimizers().param_groups[0]["lr"] == pytest.approx(0.25)
+
+
+def _trained(optim: OptimConfig, steps: int = 20) -> torch.Tensor:
+    """The weights of a small fixed problem after ``steps`` updates with ``optim``."""
+    gen = torch.Generator().manual_seed(0)
+    weights = [
+        torch.nn.Parameter(torch.randn(8, 4, generator=gen)),
+        torch.nn.Parameter(torch.randn(4, generator=gen)),
+    ]
+    x = torch.randn(16, 8, generator=gen)
+    opt = build_optimizer(weights, optim, 1e-2)
+    for _ in range(steps):
+        opt.zero_grad()
+        (x @ weights[0] + weights[1]).pow(2).mean().backward()
+        opt.step()
+    return torch.cat([w.detach().flatten() for w in weights])
+
+
+@pytest.mark.parametrize("name", ["adamw", "adam", "sgd"])
+def test_optimizer_implementations_compute_the_same_update(name):
+    """optim.implementation changes how the update is computed, not what: fused (auto's choice
+    on a CPU), foreach and the Python loop (PyTorch's CPU default, asrflow's before) agree to
+    rounding, and each reaches the optimizer PyTorch builds."""
+    param = [torch.nn.Parameter(torch.zeros(3))]
+    built = {
+        how: build_optimizer(param, OptimConfig(name=name, momentum=0.5, implementation=how), 1.0)
+        for how in ("auto", "fused", "foreach", "for_loop")
+    }
+    assert built["auto"].defaults["fused"] is True  # a CPU has fused kernels
+    assert built["fused"].defaults["fused"] is True
+    assert built["foreach"].defaults["foreach"] is True and not built["foreach"].defaults["fused"]
+    assert (
+        built["for_loop"].defaults["foreach"] is False and not built["for_loop"].defaults["fused"]
+    )
+    loop = _trained(OptimConfig(name=name, momentum=0.5, implementation="for_loop"))
+    for how in ("auto", "fused", "foreach"):
+        other = _trained(OptimConfig(name=name, momentum=0.5, implementation=how))
+        assert torch.allclose(other, loop, rtol=0, atol=1e-5), (how, (other - loop).abs().max())
+        assert not torch.equal(other, _trained(OptimConfig(name=name), steps=0))  # it trained
+
+
+def test_auto_implementation_leaves_pytorchs_choice_where_no_fused_kernel_fits():
+    """auto is fused only where every parameter is floating point on a device PyTorch has fused
+    kernels for (a parameter group counts by its tensors); else PyTorch chooses."""
+    assert implementation_kwargs("auto", [torch.zeros(2)]) == {"fused": True}
+    group = {"params": [torch.zeros(2), torch.zeros(2, dtype=torch.int64)]}
+    assert build_optimizer([group], OptimConfig(), 1e-3).defaults["fused"] is None
+    assert implementation_kwargs("auto", []) == {}
+    assert implementation_kwargs("for_loop", [torch.zeros(2)]) == {"foreach": False}
+    with pytest.raises(AsrflowError, match=r"optim\.implementation must be one of auto, fused"):
+        implementation_kwargs("fast", [])

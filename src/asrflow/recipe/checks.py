@@ -21,6 +21,7 @@ from asrflow.recipe.sections import (
     DEFAULT_CRITERIA,
     MODES,
     NORMALIZATIONS,
+    OPTIMIZER_IMPLEMENTATIONS,
     OPTIMIZERS,
     PRECISIONS,
     SCHEDULERS,
@@ -229,6 +230,10 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "optim.weight_decay": _NON_NEGATIVE,
     "optim.betas": (lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
     "optim.momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "optim.implementation": (
+        lambda v: v in OPTIMIZER_IMPLEMENTATIONS,
+        f"one of {', '.join(OPTIMIZER_IMPLEMENTATIONS)}",
+    ),
     "scheduler.name": (lambda v: v in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
     "scheduler.min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "loss.normalization": (lambda v: v in NORMALIZATIONS, f"one of {', '.join(NORMALIZATIONS)}"),

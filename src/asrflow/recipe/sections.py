@@ -23,6 +23,7 @@ MODES = ("min", "max")
 NORMALIZATIONS = ("token", "utterance")
 """``loss.normalization``: per target token, or per utterance (:mod:`asrflow.train.loop.loss`)."""
 OPTIMIZERS = ("adamw", "adam", "sgd")
+OPTIMIZER_IMPLEMENTATIONS = ("auto", "fused", "foreach", "for_loop")
 SCHEDULERS = ("warmup_cosine",)
 
 
@@ -50,7 +51,13 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """Optimizer (``optim:``): ``name`` adamw | adam | sgd; ``momentum`` is used by sgd only."""
+    """Optimizer (``optim:``): ``name`` adamw | adam | sgd; ``momentum`` is used by sgd only.
+
+    ``implementation``: how PyTorch's optimizer computes the update, not what it computes
+    (:func:`asrflow.train.loop.schedule.implementation_kwargs`): ``auto`` (one fused kernel where
+    PyTorch has one for the parameters' device), ``fused``, ``foreach`` or ``for_loop`` (a
+    Python loop over the parameters: PyTorch's default on a CPU, and asrflow's before
+    ``implementation`` existed, for reproducing such a run bit for bit)."""
 
     name: str = "adamw"
     lr: float = 0.002
@@ -58,6 +65,7 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1.0e-8
     momentum: float = 0.0
+    implementation: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -250,7 +258,13 @@ def operational_keys(*, sharded: bool = False) -> frozenset[str]:
 
 
 OMITTED_AT_DEFAULT: frozenset[str] = frozenset(
-    {"batching.drop_last", "batching.sampler", "augmentation.vtlp", "augmentation.noise_snr"}
+    {
+        "batching.drop_last",
+        "batching.sampler",
+        "augmentation.vtlp",
+        "augmentation.noise_snr",
+        "optim.implementation",
+    }
 )
 """Recipe keys added after recipes were first hashed. :meth:`Recipe.to_dict` leaves each out
 while it holds its default, so the recipe hash, a work directory's identity and the train rules'
