@@ -218,6 +218,8 @@ def test_evaluate_artifact_writes_pooled_and_sliced_scores(package, trained, tmp
     )
     # only "green" is missed: one deletion in 1 + 1 + 2 + 3 = 7 reference words
     assert (summary["deletions"], summary["substitutions"], summary["insertions"]) == (1, 0, 0)
+    assert summary["confusions"]["deletions"] == [["green", 1]]
+    assert summary["confusions"]["words_wrong"] == [["green", 1, 1]]
     assert summary["wer"] == pytest.approx(1 / 7)
     assert summary["slices"]["condition"]["clean"]["wer"] == 0
     assert summary["slices"]["condition"]["noisy"]["wer"] == pytest.approx(1 / 5)

@@ -9,6 +9,7 @@ from asrflow.evaluate.scoring import (
     MISSING_SLICE,
     UTTERANCE_COLUMNS,
     by_slice,
+    confusions,
     format_alignments,
     pooled,
     score_utterance,
@@ -114,9 +115,48 @@ def test_alignment_text_marks_substitution_deletion_insertion():
     assert hyp == "HYP: a   cat sat on *** mat today now"
     assert marks == "     S              D             I"
     text = format_alignments([s, score_utterance("ok", "x", "x", CONTRACT)], header="# test")
-    assert text.startswith("# test\n\nu1\nREF:")
+    assert text.startswith("# test\n\nmost frequent word errors\n")
+    assert "\n\nu1\nREF:" in text
     assert "S=1 D=1 I=1" in text
     assert "\nok\n" not in text
+
+
+def test_confusions_count_the_word_errors_of_every_utterance():
+    """sclite's dtl lists, from the alignments that WER counts: substitution pairs, deleted and
+    inserted words, most frequent first (ties alphabetical), and each reference word's errors
+    beside how often it occurs."""
+    scores = [
+        score_utterance("1", "four two four", "five two five", CONTRACT),
+        score_utterance("2", "four three", "five three", CONTRACT),
+        score_utterance("3", "three eight", "eight", CONTRACT),  # three deleted
+        score_utterance("4", "one", "one six", CONTRACT),  # six inserted
+        score_utterance("5", "", "six", CONTRACT),  # an empty reference: an insertion
+        score_utterance("6", "nine", "nine", CONTRACT),
+    ]
+    found = confusions(scores)
+    assert found["substitutions"] == [["four", "five", 3]]
+    assert found["deletions"] == [["three", 1]]
+    assert found["insertions"] == [["six", 2]]
+    assert found["words_wrong"] == [["four", 3, 3], ["three", 1, 2]]
+    # the counts are the ones pooled() adds up
+    totals = pooled(scores)
+    assert sum(n for *_, n in found["substitutions"]) == totals["substitutions"]
+    assert sum(n for _, n in found["deletions"]) == totals["deletions"]
+    assert sum(n for _, n in found["insertions"]) == totals["insertions"]
+    # top N of each, ties in alphabetical order
+    many = [score_utterance(str(i), w, "x", CONTRACT) for i, w in enumerate("dcba")]
+    assert confusions(many, top=2)["substitutions"] == [["a", "x", 1], ["b", "x", 1]]
+    assert confusions([score_utterance("ok", "a b", "a b", CONTRACT)]) == {
+        "substitutions": [],
+        "deletions": [],
+        "insertions": [],
+        "words_wrong": [],
+    }
+    # alignments.txt lists them after its header
+    text = format_alignments(scores, header="# test")
+    assert text.startswith("# test\n\nmost frequent word errors\n  substitutions: four -> five 3\n")
+    assert "  reference words most often wrong (wrong/occurrences): four 3/3, three 1/2\n" in text
+    assert format_alignments(scores[-1:], header="# test") == "# test\n"
 
 
 def test_by_slice_pools_per_value():

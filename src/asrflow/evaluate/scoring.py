@@ -25,11 +25,13 @@ Example::
     summary = pooled(scores)               # {"wer": 0.123, "substitutions": ..., ...}
     write_utterances_csv(scores, "results/.../utterances.csv")
     write_alignments(scores, "results/.../alignments.txt")
+    confusions(scores)                     # the most frequent word errors, as sclite's dtl
 """
 
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,9 @@ SCORING_VERSION = 1
 Bump it with every change to how errors are counted or strings are compared: it is part of
 :func:`contract_sha256`, so figures from two scorers are never ranked together, and a rule
 param of ``evaluate``, so a bump reruns every evaluation (and selection and the report)."""
+
+CONFUSIONS_LISTED = 10
+"""How many of each kind of word error :func:`confusions` lists."""
 
 MISSING_SLICE = "(none)"
 """Slice value of utterances that lack the slice field."""
@@ -96,6 +101,10 @@ class UtteranceScore:
     char_insertions: int
     alignment: str = ""
     fields: dict[str, str] = field(default_factory=dict)
+    error_words: tuple[tuple[str, str], ...] = ()
+    """The word errors as ``(reference word, hypothesis word)`` pairs in alignment order: a
+    substitution has both, a deletion ``""`` as its hypothesis word, an insertion ``""`` as its
+    reference word (:func:`confusions` counts them)."""
 
     @property
     def word_errors(self) -> int:
@@ -131,10 +140,12 @@ def score_utterance(
         words = jiwer.process_words(ref_norm, hyp_norm)
         hits, subs, dels, ins = words.hits, words.substitutions, words.deletions, words.insertions
         alignment = _render_alignment(words.references[0], words.hypotheses[0], words.alignments[0])
+        error_words = _error_words(words.references[0], words.hypotheses[0], words.alignments[0])
     else:
         # Older jiwer refuses an empty reference; its errors are plain insertions either way.
         hits, subs, dels, ins = 0, 0, 0, len(hyp_tokens)
         alignment = _render_alignment([], hyp_tokens, []) if hyp_tokens else ""
+        error_words = tuple(("", w) for w in hyp_tokens)
     if subs + dels + ins == 0:
         alignment = ""
 
@@ -166,7 +177,86 @@ def score_utterance(
         char_insertions=c_ins,
         alignment=alignment,
         fields={str(k): str(v) for k, v in (fields or {}).items()},
+        error_words=error_words,
     )
+
+
+def _error_words(
+    ref: Sequence[str], hyp: Sequence[str], chunks: Sequence[jiwer.AlignmentChunk]
+) -> tuple[tuple[str, str], ...]:
+    """:attr:`UtteranceScore.error_words` of one jiwer alignment."""
+    pairs: list[tuple[str, str]] = []
+    for chunk in chunks:
+        r = ref[chunk.ref_start_idx : chunk.ref_end_idx]
+        h = hyp[chunk.hyp_start_idx : chunk.hyp_end_idx]
+        if chunk.type == "substitute":
+            pairs += zip(r, h, strict=True)
+        elif chunk.type == "delete":
+            pairs += [(w, "") for w in r]
+        elif chunk.type == "insert":
+            pairs += [("", w) for w in h]
+    return tuple(pairs)
+
+
+def confusions(scores: Iterable[UtteranceScore], top: int = CONFUSIONS_LISTED) -> dict[str, Any]:
+    """The most frequent word errors over ``scores``, as sclite's ``dtl`` report lists them
+    (its confusion pairs, deletions and insertions), ``top`` of each, most frequent first (ties
+    alphabetical), and the reference words most often wrong with how often they occur:
+
+    ``{"substitutions": [[ref, hyp, n], ...], "deletions": [[word, n], ...],
+    "insertions": [[word, n], ...], "words_wrong": [[word, wrong, occurrences], ...]}``
+
+    ``words_wrong`` counts a reference word each time it was substituted or deleted; with a
+    small closed vocabulary (digits, commands) it says which words a model cannot tell apart,
+    e.g. a new speaker's "four" heard as "five".
+
+    >>> c = confusions([score_utterance("u", "four two four", "five two", TextNormalization())])
+    >>> c["substitutions"], c["deletions"], c["words_wrong"]
+    ([['four', 'five', 1]], [['four', 1]], [['four', 2, 2]])
+    """
+    subs: Counter[tuple[str, str]] = Counter()
+    dels: Counter[str] = Counter()
+    ins: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    for s in scores:
+        seen.update(s.ref_norm.split())
+        for r, h in s.error_words:
+            if r and h:
+                subs[(r, h)] += 1
+            elif r:
+                dels[r] += 1
+            else:
+                ins[h] += 1
+    wrong = Counter(dels)
+    for (r, _), n in subs.items():
+        wrong[r] += n
+
+    def ranked(counter: Counter[Any]) -> list[tuple[Any, int]]:
+        return sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+
+    return {
+        "substitutions": [[r, h, n] for (r, h), n in ranked(subs)],
+        "deletions": [[w, n] for w, n in ranked(dels)],
+        "insertions": [[w, n] for w, n in ranked(ins)],
+        "words_wrong": [[w, n, seen[w]] for w, n in ranked(wrong)],
+    }
+
+
+def format_confusions(found: Mapping[str, Any]) -> str:
+    """:func:`confusions` as lines of text (``""`` when there were no errors)."""
+    lines = []
+    if found["substitutions"]:
+        pairs = ", ".join(f"{r} -> {h} {n}" for r, h, n in found["substitutions"])
+        lines.append(f"substitutions: {pairs}")
+    for kind in ("deletions", "insertions"):
+        if found[kind]:
+            lines.append(f"{kind}: " + ", ".join(f"{w} {n}" for w, n in found[kind]))
+    if found["words_wrong"]:
+        words = ", ".join(f"{w} {n}/{total}" for w, n, total in found["words_wrong"])
+        lines.append(f"reference words most often wrong (wrong/occurrences): {words}")
+    if not lines:
+        return ""
+    return "most frequent word errors\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _render_alignment(
@@ -288,8 +378,13 @@ def write_utterances_csv(scores: Iterable[UtteranceScore], path: Pathlike) -> No
 
 
 def format_alignments(scores: Iterable[UtteranceScore], header: str = "") -> str:
-    """Readable alignments of the utterances with word errors, separated by blank lines."""
+    """Readable alignments of the utterances with word errors, separated by blank lines, after
+    ``header`` and the most frequent errors (:func:`format_confusions`)."""
+    scores = list(scores)
     blocks = [header.rstrip("\n")] if header else []
+    summary = format_confusions(confusions(scores))
+    if summary:
+        blocks.append(summary)
     for s in scores:
         if s.word_errors:
             blocks.append(

@@ -42,6 +42,7 @@ from asrflow.evaluate.scoring import (
     SCORING_VERSION,
     UtteranceScore,
     by_slice,
+    confusions,
     contract_sha256,
     pooled,
     score_utterance,
@@ -196,6 +197,7 @@ def _what_was_measured(
         **score_intervals(scores),
         "interval": BOOTSTRAP.to_dict(),
         "slices": sliced_with_intervals(scores, slice_fields),
+        "confusions": confusions(scores),
         "empty_hypotheses": sum(1 for s in scores if not s.hyp_norm),
     }
 
