@@ -72,6 +72,7 @@ OWN_RENDERER = {
     "real_speech_seeds.json": "real_speech",
     "real_speech_voices.json": "real_speech",
     "real_speech_voices_draw1.json": "real_speech",
+    "real_speech_voices_draw1_seed1.json": "real_speech",
     "fine_tuning.json": "fine_tuning",
 }
 
