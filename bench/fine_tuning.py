@@ -22,6 +22,7 @@ job's wall and CPU time. Written to ``--out``/fine_tuning.json (machine, date, c
 settings, rows) and printed as a table::
 
     uv run python bench/fine_tuning.py                     # ~40 min on 2 cores
+    uv run python bench/fine_tuning.py --lr-shares 10,3,1  # and full, lora at other peak LRs
     uv run python bench/fine_tuning.py --table docs/figures/fine_tuning.json
 
 One seed and one fold: differences within the intervals mean nothing without seed replicas.
@@ -78,6 +79,33 @@ WAYS: dict[str, dict[str, Any] | None] = {
     },
 }
 """The runs on the fold, by their ``init`` (``None``: from scratch)."""
+SWEPT = ("full", "lora")
+"""The ways ``--lr-shares`` repeats at other peak learning rates."""
+
+
+def ways(shares: list[int]) -> dict[str, dict[str, Any] | None]:
+    """:data:`WAYS`, and for each ``N`` of ``shares`` a copy of each of :data:`SWEPT` named
+    ``<way>_1of<N>`` that trains at 1/N of the base's peak LR (the plan's own share is 1/30,
+    :data:`asrflow.recipe.rules.FINE_TUNING`)."""
+    out = dict(WAYS)
+    for n in shares:
+        out.update({f"{way}_1of{n}": WAYS[way] for way in SWEPT})
+    return out
+
+
+def lr_share(run: str) -> int | None:
+    """N of a run ``<way>_1of<N>`` of :func:`ways`, else None (the plan's LR)."""
+    _, sep, n = run.rpartition("_1of")
+    return int(n) if sep and n.isdigit() else None
+
+
+def base_peak_lr(base: dict[str, Any], work: Path) -> float:
+    """The base run's peak LR: its override, else its recipe file's ``optim.lr``."""
+    overridden = ((base.get("overrides") or {}).get("optim") or {}).get("lr")
+    if overridden is not None:
+        return float(overridden)
+    recipe = yaml.safe_load((work / layout.recipe_file(base["recipe"])).read_text("utf-8"))
+    return float(recipe["optim"]["lr"])
 
 
 def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -97,9 +125,13 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         base["overrides"] = parse_overrides(args.base_override)
     runs: dict[str, Any] = {BASE: base}
     tokenizer = AUTO_TOKENIZER.format(corpus=names.corpus)  # scratch's default
-    for way, init in WAYS.items():
+    for way, init in ways(args.lr_shares).items():
         fine_tuned = {"init": init, "tokenizer": tokenizer} if init else {}
         runs[way] = copy.deepcopy({**template, **fine_tuned})
+        if (n := lr_share(way)) is not None:
+            lr = float(f"{base_peak_lr(base, work) / n:.3g}")
+            overrides = runs[way].setdefault("overrides", {})
+            overrides["optim"] = {**overrides.get("optim", {}), "lr": lr}
     config["corpora"] = {DEMO: shipped["corpora"][DEMO], **config["corpora"]}
     config["tokenizers"] = {
         **shipped["tokenizers"],
@@ -121,7 +153,7 @@ def collect_way(work: Path, names: Names, run: str) -> dict[str, Any]:
     init = trained.get("init") or {}
     row: dict[str, Any] = {
         "run": run,
-        "init": WAYS.get(run),
+        "init": ways([n] if (n := lr_share(run)) else [])[run],
         "status": trained.get("status"),
         "steps": trained.get("steps"),
         "peak_lr": ((trained.get("recipe_settings") or {}).get("optim") or {}).get("lr"),
@@ -167,6 +199,8 @@ def markdown(result: dict[str, Any]) -> str:
         start = "fresh" if not r["init"] else ", ".join(
             f"{k}: {v}" for k, v in r["init"].items() if k != "run"
         ) or "base, all weights"  # fmt: skip
+        if (n := lr_share(r["run"])) is not None:
+            start += f"; lr 1/{n} of base's"
         trainable = r.get("trainable_parameters")
         size = r.get("export_bytes")
         wall, cpu = r.get("wall_seconds"), r.get("cpu_seconds")
@@ -200,6 +234,14 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")
     p.add_argument("--cores", type=int, default=2, help="snakemake --cores")
     p.add_argument("--fold-seed", type=int, default=0, help="seed of the fold's strings")
+    p.add_argument(
+        "--lr-shares",
+        type=lambda text: [int(n) for n in text.split(",") if n.strip()],
+        default=[],
+        metavar="N,...",
+        help="also train full and lora at 1/N of the base's peak LR for each N, e.g. 10,3,1 "
+        "(the plan's fine-tuning LR is 1/30)",
+    )
     add_pause_fill(p)
     p.add_argument("--table", type=Path, help="print the table of a fine_tuning.json, run nothing")
     return p.parse_args(argv)
@@ -226,10 +268,11 @@ def main(argv: list[str] | None = None) -> int:
             "base_override": args.base_override,
             "cores": args.cores,
             "fold_seed": args.fold_seed,
+            "lr_shares": args.lr_shares,
             "work": str(work),
         },
         "snakemake": {"returncode": rc, "wall_seconds": round(wall, 1)},
-        "rows": [collect_way(work, names, run) for run in WAYS],
+        "rows": [collect_way(work, names, run) for run in ways(args.lr_shares)],
     }
     return finish(args.out / "fine_tuning.json", result, markdown(result), work)
 

@@ -348,10 +348,42 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
     }  # fmt: skip
     table = bench.markdown(result)
     assert "| lora | freeze" not in table
+    swept = {**row, "run": "lora_1of3", "init": bench.WAYS["lora"]}
+    assert "| lora_1of3 | adapter: " in bench.markdown({**result, "rows": [swept]})
+    assert "; lr 1/3 of base's |" in bench.markdown({**result, "rows": [swept]})
     assert (
         "| 5.00 % [3.00, 7.00] | 20.00 % [15.00, 25.00] | 12,345 | 2.90 | 0.000167 | 5.0, 9.0 |"
         in (table)
     )
+
+
+def test_fine_tuning_sweeps_full_and_lora_over_shares_of_the_bases_peak_lr(
+    tmp_path: Path,
+) -> None:
+    from asrflow import config_check, project
+    from asrflow.lineage import with_init_runs
+    from asrflow.settings import with_defaults
+
+    bench = load_bench(REPO / "bench/fine_tuning.py")
+    if not bench.FSDD.is_file():
+        pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "10,1"])
+    config = bench.project(args, tmp_path)
+    runs = config["runs"]
+    assert list(runs)[5:] == ["full_1of10", "lora_1of10", "full_1of1", "lora_1of1"]
+    assert "overrides" not in runs["full"]  # the plan's LR
+    assert runs["full_1of10"]["overrides"] == {"optim": {"lr": 0.0005}}  # demo_conformer: 5e-3
+    assert runs["lora_1of1"]["overrides"] == {"optim": {"lr": 0.005}}
+    assert runs["lora_1of1"]["init"] == bench.WAYS["lora"]
+    assert bench.lr_share("full_1of10") == 10 and bench.lr_share("full") is None
+    full = with_defaults(config)  # the workflow accepts the overrides (as rules/common.smk)
+    full = with_defaults({**full, **project.with_default_tokenizers(full)})
+    config_check.check_config({**full, **with_init_runs(full)})
+    # a base trained at another peak: the shares follow it
+    args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "4", "--base-override",
+                            "optim.lr=0.002"])  # fmt: skip
+    swept = bench.project(args, tmp_path)["runs"]["full_1of4"]
+    assert swept["overrides"] == {"optim": {"lr": 0.0005}}
 
 
 def docs_columns(name: str) -> list[str]:
