@@ -23,6 +23,7 @@ settings, rows) and printed as a table::
 
     uv run python bench/fine_tuning.py                     # ~40 min on 2 cores
     uv run python bench/fine_tuning.py --lr-shares 10,3,1  # and full, lora at other peak LRs
+    uv run python bench/fine_tuning.py --seeds 0,1,2       # seed replicas of each
     uv run python bench/fine_tuning.py --table docs/figures/fine_tuning.json
 
 One seed and one fold: differences within the intervals mean nothing without seed replicas.
@@ -44,6 +45,7 @@ from asrflow.corpus.folds import build_fold
 from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_text
 from asrflow.project import AUTO_TOKENIZER
+from asrflow.replicas import replica_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_speech import (  # a sibling script, not a package
@@ -62,6 +64,7 @@ from real_speech import (  # a sibling script, not a package
     place_recipe,
     project_config,
     run_snakemake,
+    seed_spread,
     train_benchmark,
 )
 
@@ -93,10 +96,25 @@ def ways(shares: list[int]) -> dict[str, dict[str, Any] | None]:
     return out
 
 
+def way_of(run: str) -> str:
+    """The way a run learns the fold: its name without a replica's ``-seed<N>``."""
+    return run.partition("-seed")[0]
+
+
 def lr_share(run: str) -> int | None:
-    """N of a run ``<way>_1of<N>`` of :func:`ways`, else None (the plan's LR)."""
-    _, sep, n = run.rpartition("_1of")
+    """N of a run ``<way>_1of<N>`` of :func:`ways` (or a replica of it), else None (the plan's
+    LR)."""
+    _, sep, n = way_of(run).rpartition("_1of")
     return int(n) if sep and n.isdigit() else None
+
+
+def fold_runs(args: argparse.Namespace) -> list[str]:
+    """The runs on the fold as the workflow names them (replicas: ``<way>-seed<N>``)."""
+    return [
+        run if seed is None else replica_name(run, seed)
+        for run in ways(args.lr_shares)
+        for seed in args.seeds or [None]
+    ]
 
 
 def base_peak_lr(base: dict[str, Any], work: Path) -> float:
@@ -115,7 +133,7 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     fold = build_fold(args.source, work / "folds" / args.fold, fold_settings(args, args.fold))
     names = Names(args.fold, args.dev)
     config = project_config(
-        {args.fold: fold}, work, dev=args.dev, recipe="auto", seeds=None, overrides={},
+        {args.fold: fold}, work, dev=args.dev, recipe="auto", seeds=args.seeds, overrides={},
         decoding=args.decoding,
     )  # fmt: skip
     (template,) = config["runs"].values()
@@ -153,7 +171,7 @@ def collect_way(work: Path, names: Names, run: str) -> dict[str, Any]:
     init = trained.get("init") or {}
     row: dict[str, Any] = {
         "run": run,
-        "init": ways([n] if (n := lr_share(run)) else [])[run],
+        "init": ways([n] if (n := lr_share(run)) else [])[way_of(run)],
         "status": trained.get("status"),
         "steps": trained.get("steps"),
         "peak_lr": ((trained.get("recipe_settings") or {}).get("optim") or {}).get("lr"),
@@ -212,6 +230,13 @@ def markdown(result: dict[str, Any]) -> str:
             f"{'n/a' if size is None else f'{size / 1e6:.2f}'} | "
             f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | {minutes} |"
         )
+    spread = seed_spread([{**r, "fold": way_of(r["run"])} for r in result["rows"]])
+    if spread:
+        cells = [
+            f"{way} {100 * x['mean']:.2f} % (sd {100 * x['sd']:.2f}, {x['seeds']} seeds)"
+            for way, x in spread.items()
+        ]
+        lines += ["", "Held-out speaker WER over seeds: " + "; ".join(cells) + "."]
     if result.get("notes"):  # what the run's conditions were, added by whoever kept the file
         lines += ["", str(result["notes"])]
     return "\n".join(lines)
@@ -228,6 +253,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="an override of the base run's recipe, e.g. trainer.max_steps=1200 (repeatable)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=lambda text: [int(n) for n in text.split(",") if n.strip()],
+        metavar="N,...",
+        help="seed replicas of every run on the fold, e.g. 0,1,2 (the base: one)",
     )
     p.add_argument("--work", type=Path, default=REPO / "results/bench/fine_tuning/work")
     p.add_argument("--out", type=Path, default=REPO / "results/bench/fine_tuning")
@@ -269,10 +300,11 @@ def main(argv: list[str] | None = None) -> int:
             "cores": args.cores,
             "fold_seed": args.fold_seed,
             "lr_shares": args.lr_shares,
+            "seeds": args.seeds,
             "work": str(work),
         },
         "snakemake": {"returncode": rc, "wall_seconds": round(wall, 1)},
-        "rows": [collect_way(work, names, run) for run in ways(args.lr_shares)],
+        "rows": [collect_way(work, names, run) for run in fold_runs(args)],
     }
     return finish(args.out / "fine_tuning.json", result, markdown(result), work)
 

@@ -386,6 +386,45 @@ def test_fine_tuning_sweeps_full_and_lora_over_shares_of_the_bases_peak_lr(
     assert swept["overrides"] == {"optim": {"lr": 0.0005}}
 
 
+def test_fine_tuning_replicates_every_run_on_the_fold_and_sums_up_each_way(
+    tmp_path: Path,
+) -> None:
+    from asrflow import config_check, project
+    from asrflow.lineage import with_init_runs
+    from asrflow.replicas import expand_replicas
+    from asrflow.settings import with_defaults
+
+    bench = load_bench(REPO / "bench/fine_tuning.py")
+    if not bench.FSDD.is_file():
+        pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "3", "--seeds", "0,1"])
+    config = bench.project(args, tmp_path)
+    assert "seeds" not in config["runs"]["base"]  # one base: the replicas share their start
+    seeds = {n: r.get("seeds") for n, r in config["runs"].items() if n != "base"}
+    assert list(seeds) == ["scratch", "full", "frozen", "lora", "full_1of3", "lora_1of3"]
+    assert all(s == [0, 1] for s in seeds.values()), seeds
+    assert config["report"]["baseline_run"] == "scratch"  # its first replica (settings)
+    full = with_defaults(config)  # as rules/common.smk completes it, replicas expanded
+    full = with_defaults({**full, **project.with_default_tokenizers(full)})
+    full = {**full, **expand_replicas(full)}
+    full = {**full, **with_init_runs(full)}
+    config_check.check_config(full)
+    assert full["runs"]["lora_1of3-seed1"]["init"]["run"] == "base"
+    assert bench.fold_runs(args)[:3] == ["scratch-seed0", "scratch-seed1", "full-seed0"]
+    assert bench.lr_share("lora_1of3-seed1") == 3 and bench.way_of("lora_1of3-seed1") == "lora_1of3"
+    result = {
+        "machine": {"cpu": "Test CPU", "threads": 2}, "date": "2026-01-02", "commit": "abc",
+        "settings": {"fold": "nicolas", "dev": "takes", "base_override": []},
+        "rows": [
+            {"run": f"full-seed{s}", "init": bench.WAYS["full"], "test": {"wer": w, "ci": [0, 1]}}
+            for s, w in ((0, 0.2), (1, 0.3))
+        ],
+    }  # fmt: skip
+    assert bench.markdown(result).splitlines()[-1] == (
+        "Held-out speaker WER over seeds: full 25.00 % (sd 7.07, 2 seeds)."
+    )
+
+
 def docs_columns(name: str) -> list[str]:
     data = json.loads((REPO / "docs/figures" / name).read_text(encoding="utf-8"))
     return [key for key, _ in data["columns"]]
