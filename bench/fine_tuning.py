@@ -24,6 +24,7 @@ settings, rows) and printed as a table::
     uv run python bench/fine_tuning.py                     # ~40 min on 2 cores
     uv run python bench/fine_tuning.py --lr-shares 10,3,1  # and full, lora at other peak LRs
     uv run python bench/fine_tuning.py --seeds 0,1,2       # seed replicas of each
+    uv run python bench/fine_tuning.py --lr-shares 3 --ways scratch,full_1of3 --seeds 1,2
     uv run python bench/fine_tuning.py --table docs/figures/fine_tuning.json
 
 One seed and one fold: differences within the intervals mean nothing without seed replicas.
@@ -108,11 +109,22 @@ def lr_share(run: str) -> int | None:
     return int(n) if sep and n.isdigit() else None
 
 
+def chosen_ways(args: argparse.Namespace) -> dict[str, dict[str, Any] | None]:
+    """:func:`ways`, only those ``--ways`` names when it is given."""
+    every = ways(args.lr_shares)
+    if not args.ways:
+        return every
+    unknown = [w for w in args.ways if w not in every]
+    if unknown:
+        raise AsrflowError(f"--ways {', '.join(unknown)}: not one of {', '.join(every)}")
+    return {w: every[w] for w in every if w in args.ways}
+
+
 def fold_runs(args: argparse.Namespace) -> list[str]:
     """The runs on the fold as the workflow names them (replicas: ``<way>-seed<N>``)."""
     return [
         run if seed is None else replica_name(run, seed)
-        for run in ways(args.lr_shares)
+        for run in chosen_ways(args)
         for seed in args.seeds or [None]
     ]
 
@@ -143,7 +155,7 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         base["overrides"] = parse_overrides(args.base_override)
     runs: dict[str, Any] = {BASE: base}
     tokenizer = AUTO_TOKENIZER.format(corpus=names.corpus)  # scratch's default
-    for way, init in ways(args.lr_shares).items():
+    for way, init in chosen_ways(args).items():
         fine_tuned = {"init": init, "tokenizer": tokenizer} if init else {}
         runs[way] = copy.deepcopy({**template, **fine_tuned})
         if (n := lr_share(way)) is not None:
@@ -260,6 +272,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         metavar="N,...",
         help="seed replicas of every run on the fold, e.g. 0,1,2 (the base: one)",
     )
+    p.add_argument(
+        "--ways",
+        type=lambda text: [w.strip() for w in text.split(",") if w.strip()],
+        metavar="WAY,...",
+        help="only these runs on the fold (the base always), e.g. scratch,full_1of3",
+    )
     p.add_argument("--work", type=Path, default=REPO / "results/bench/fine_tuning/work")
     p.add_argument("--out", type=Path, default=REPO / "results/bench/fine_tuning")
     p.add_argument("--source", type=Path, default=FSDD, help="the takes' NeMo manifest")
@@ -301,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             "fold_seed": args.fold_seed,
             "lr_shares": args.lr_shares,
             "seeds": args.seeds,
+            "ways": args.ways,
             "work": str(work),
         },
         "snakemake": {"returncode": rc, "wall_seconds": round(wall, 1)},

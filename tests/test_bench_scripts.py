@@ -411,6 +411,14 @@ def test_fine_tuning_replicates_every_run_on_the_fold_and_sums_up_each_way(
     config_check.check_config(full)
     assert full["runs"]["lora_1of3-seed1"]["init"]["run"] == "base"
     assert bench.fold_runs(args)[:3] == ["scratch-seed0", "scratch-seed1", "full-seed0"]
+    args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "3", "--seeds", "1,2",
+                            "--ways", "scratch,full_1of3"])  # fmt: skip
+    assert list(bench.project(args, tmp_path)["runs"]) == ["base", "scratch", "full_1of3"]
+    assert bench.fold_runs(args) == [
+        "scratch-seed1", "scratch-seed2", "full_1of3-seed1", "full_1of3-seed2"
+    ]  # fmt: skip
+    with pytest.raises(bench.AsrflowError, match="--ways full_1of9: not one of scratch, full, "):
+        bench.project(bench.arguments(["--ways", "full_1of9", "--work", str(tmp_path)]), tmp_path)
     assert bench.lr_share("lora_1of3-seed1") == 3 and bench.way_of("lora_1of3-seed1") == "lora_1of3"
     result = {
         "machine": {"cpu": "Test CPU", "threads": 2}, "date": "2026-01-02", "commit": "abc",
