@@ -122,7 +122,7 @@ def test_a_fine_tuning_run_takes_its_packages_model_config_and_rate(recipes, tmp
     (pkg / "config.yaml").write_text(yaml.safe_dump({**MODEL, "frontend_conf": {"fs": 22050}}))
     made_later = "results/runs/base/export/last"
     config = config_with_runs(
-        a={"recipe": "auto", "init": {"model": str(pkg)}},
+        a={"recipe": "auto", "tokenizer": "init", "init": {"model": str(pkg)}},
         b={"recipe": "named", "init": {"model": str(pkg), "architecture": "recipe"}},
         c={"recipe": "named", "init": {"model": made_later}, "overrides": {"trainer": {"seed": 1}}},
     )
@@ -185,3 +185,15 @@ def test_a_chain_of_fine_tuning_runs_knows_each_parent_and_its_history() -> None
     }
     assert runs.parent_summary(config, "base") == {}
     assert runs.parent_summary(config, "named") == {}  # no plan: a named recipe trains as written
+    # a tokenizer neither the package's nor the parent's: the output layers start fresh
+    config = config_with_runs(
+        base={"recipe": "auto"},
+        fresh={"recipe": "auto", "tokenizer": "t2", "init": {"run": "base"}},
+        kept={"recipe": "auto", "tokenizer": "init", "init": {"run": "base"}},
+        checked={"tokenizer": "t2", "init": {"model": "pkg", "reuse_tokenizer": True}},
+        other={"tokenizer": "t2", "init": {"model": "pkg"}},
+    )
+    new = {
+        n: runs.lineage_params(config, n).get("new_vocabulary") for n in list(config["runs"])[1:]
+    }
+    assert new == {"fresh": True, "kept": None, "checked": None, "other": True}

@@ -23,7 +23,15 @@ from asrflow.evaluate.versions import DECODER_VERSION
 from asrflow.export.find import PACKAGE_FILES, find_config, model_sample_rate, tracked_weights
 from asrflow.layout import eval_file, plan_file, recipe_file, run_file, selected_package_files
 from asrflow.params import Operational
-from asrflow.project import Config, dev_set, run, run_corpora, run_dev_corpus, sharded_corpora
+from asrflow.project import (
+    INIT_TOKENIZER,
+    Config,
+    dev_set,
+    run,
+    run_corpora,
+    run_dev_corpus,
+    sharded_corpora,
+)
 from asrflow.recipe.checks import check_overrides
 from asrflow.recipe.inherit import (
     ARCHITECTURE_KEYS,
@@ -263,12 +271,25 @@ def lineage_params(config: Config, name: str) -> dict[str, Any]:
     """What the plan of a fine-tuning run knows of its start before any job runs (its LR and
     warmup follow it: :func:`asrflow.recipe.rules.fine_tuning`): ``parent`` (``init.run``, or
     ``init.model`` as given) and ``generation`` (1 when the parent run itself starts from
-    another model, else 0; a model from elsewhere counts as trained from scratch)."""
-    init = run(config, name)["init"]
+    another model, else 0; a model from elsewhere counts as trained from scratch), and
+    ``new_vocabulary: True`` only for a run whose tokenizer is neither the package's
+    (``init``, or ``reuse_tokenizer``) nor its parent run's: its output layers start fresh."""
+    r = run(config, name)
+    init = r["init"]
     parent = init.get("run")
     if parent is None:
-        return {"parent": str(init["model"]), "generation": 0}
-    return {"parent": parent, "generation": 1 if run(config, parent).get("init") else 0}
+        out = {"parent": str(init["model"]), "generation": 0}
+    else:
+        out = {"parent": parent, "generation": 1 if run(config, parent).get("init") else 0}
+    tokenizer = r.get("tokenizer", INIT_TOKENIZER)
+    same = (
+        tokenizer == INIT_TOKENIZER
+        or init.get("reuse_tokenizer")  # checked equal to the package's before training
+        or (parent is not None and tokenizer == run(config, parent).get("tokenizer"))
+    )
+    if not same:
+        out["new_vocabulary"] = True
+    return out
 
 
 def parent_summary(config: Config, name: str) -> dict[str, str]:

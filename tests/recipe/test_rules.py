@@ -99,6 +99,24 @@ def test_stats_of_counts_speakers_rates_and_text() -> None:
 
 
 @pytest.mark.parametrize(
+    ("generation", "parent_lr", "lr"), [(0, 5e-3, 5e-3 / 3), (1, 5e-3, 5e-3 / 3), (0, None, 3e-4)]
+)
+def test_a_new_vocabulary_fine_tunes_at_a_third_of_the_parents_peak(
+    generation, parent_lr, lr
+) -> None:
+    """Measured (bench/fine_tuning.py --lr-shares): fresh output layers need more than 1/30."""
+    lineage = {"parent": "base", "generation": generation, "parent_lr": parent_lr}
+    chosen = {
+        c.key: c for c in rules.choices(corpus(hours=0.3), {**lineage, "new_vocabulary": True})
+    }
+    assert chosen["optim.lr"].value == pytest.approx(lr, rel=3e-3)
+    assert "new vocabulary" in chosen["optim.lr"].reason
+    assert chosen["scheduler.warmup"].value == rules.FINE_TUNING_WARMUP
+    same = {c.key: c for c in rules.choices(corpus(hours=0.3), lineage)}
+    assert same["optim.lr"].value < chosen["optim.lr"].value
+
+
+@pytest.mark.parametrize(
     ("hours", "generation", "parent_lr", "lr"),
     [
         (0.3, 0, 5e-3, 5e-3 / 30),  # below 20 h: 1/30 of the parent's peak

@@ -192,6 +192,14 @@ Not measured here yet (issue 32's measurement)."""
 REFINEMENT_SHARE = 1 / 100
 REFINEMENT_LR = 1.0e-5
 """A parent that was itself fine-tuned: the guidance's ~1e-5, a hundredth of the first peak."""
+NEW_VOCABULARY_SHARE = 1 / 3
+NEW_VOCABULARY_LR = 3.0e-4
+"""A run whose tokenizer is not its starting package's: its output layers start fresh and must
+be learned, not nudged. Measured (bench/fine_tuning.py --lr-shares 10,3,1, docs/fine-tuning.md:
+demo base, fsdd4 nicolas fold, one seed): at 1/30 of the base's peak, full fine-tuning reached
+31.8 % on the held-out speaker (scratch 24.6 %) and LoRA 58.8 %; at 1/10, 1/3 and 1/1 full
+21.2-23.0 %, LoRA 48.2, 33.6 and 31.2 %. 1/3 is the middle of the full fine-tune's plateau and
+near LoRA's best; where the parent's peak is not known, 1/3 of the guidance's ~1e-3."""
 FINE_TUNING_WARMUP = 0.10
 """Warmup of a fine-tuning run, as a share of its steps: longer than from scratch (2-5 %), so
 that the fresh optimizer's first, badly scaled updates do not undo the pretrained weights
@@ -201,11 +209,15 @@ that the fresh optimizer's first, badly scaled updates do not undo the pretraine
 def fine_tuning(stats: CorpusStats, lineage: Mapping[str, Any]) -> list[Choice]:
     """The peak LR and warmup of a run that starts from another model (:data:`FINE_TUNING`,
     :data:`REFINEMENT_SHARE`, :data:`FINE_TUNING_WARMUP`). ``lineage``: ``generation`` (0: the
-    parent trained from scratch; 1 or more: it was itself fine-tuned), ``parent`` (its name)
-    and ``parent_lr`` (its peak LR, or None when not known)."""
+    parent trained from scratch; 1 or more: it was itself fine-tuned), ``parent`` (its name),
+    ``parent_lr`` (its peak LR, or None when not known) and ``new_vocabulary`` (True when
+    the run's tokenizer is not the package's: :data:`NEW_VOCABULARY_SHARE` wins)."""
     parent = lineage.get("parent") or "the starting model"
     parent_lr = lineage.get("parent_lr")
-    if lineage.get("generation", 0) >= 1:
+    if lineage.get("new_vocabulary"):
+        share, absolute = NEW_VOCABULARY_SHARE, NEW_VOCABULARY_LR
+        why = "a new vocabulary (the output layers start fresh)"
+    elif lineage.get("generation", 0) >= 1:
         share, absolute = REFINEMENT_SHARE, REFINEMENT_LR
         why = f"a second refinement ({parent} was itself fine-tuned)"
     else:
