@@ -310,16 +310,34 @@ def test_real_speech_renders_its_table_from_a_json(tmp_path: Path) -> None:
     )
 
 
-def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fold(
-    tmp_path: Path,
-) -> None:
+def workflow_config(config: dict) -> dict:
+    """``config`` completed and checked as rules/common.smk does (default tokenizers, replicas
+    expanded, init runs resolved): what the workflow would run."""
     from asrflow import config_check, project
     from asrflow.lineage import with_init_runs
+    from asrflow.replicas import expand_replicas
     from asrflow.settings import with_defaults
 
+    full = with_defaults(config)
+    full = with_defaults({**full, **project.with_default_tokenizers(full)})
+    full = {**full, **expand_replicas(full)}
+    full = {**full, **with_init_runs(full)}
+    config_check.check_config(full)
+    return full
+
+
+def fine_tuning_bench():
+    """bench/fine_tuning.py as a module; the test skips without fsdd4 (its folds are built)."""
     bench = load_bench(REPO / "bench/fine_tuning.py")
     if not bench.FSDD.is_file():
         pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    return bench
+
+
+def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fold(
+    tmp_path: Path,
+) -> None:
+    bench = fine_tuning_bench()
     args = bench.arguments(["--work", str(tmp_path), "--fold", "lucas"])
     config = bench.project(args, tmp_path)
     assert list(config["runs"]) == ["base", "scratch", "full", "frozen", "lora"]
@@ -328,10 +346,7 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
     assert set(config["corpora"]) == {"demo", "fsdd_lucas_devtakes"}
     assert (tmp_path / "config/recipes/demo_conformer.yaml").is_file()  # the base's recipe
     # the config the workflow would check: every run resolves, the children take base's model
-    full = with_defaults(config)  # as rules/common.smk completes it
-    full = with_defaults({**full, **project.with_default_tokenizers(full)})
-    full = {**full, **with_init_runs(full)}
-    config_check.check_config(full)
+    full = workflow_config(config)
     # the demo's tokenizer cannot spell "zero": every run on the fold has the fold's
     assert {r["tokenizer"] for n, r in full["runs"].items() if n != "base"} == {
         "fsdd_lucas_devtakes_auto"
@@ -360,13 +375,7 @@ def test_fine_tuning_builds_one_config_with_a_base_and_four_ways_to_learn_the_fo
 def test_fine_tuning_sweeps_full_and_lora_over_shares_of_the_bases_peak_lr(
     tmp_path: Path,
 ) -> None:
-    from asrflow import config_check, project
-    from asrflow.lineage import with_init_runs
-    from asrflow.settings import with_defaults
-
-    bench = load_bench(REPO / "bench/fine_tuning.py")
-    if not bench.FSDD.is_file():
-        pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    bench = fine_tuning_bench()
     args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "10,1"])
     config = bench.project(args, tmp_path)
     runs = config["runs"]
@@ -376,9 +385,7 @@ def test_fine_tuning_sweeps_full_and_lora_over_shares_of_the_bases_peak_lr(
     assert runs["lora_1of1"]["overrides"] == {"optim": {"lr": 0.005}}
     assert runs["lora_1of1"]["init"] == bench.WAYS["lora"]
     assert bench.lr_share("full_1of10") == 10 and bench.lr_share("full") is None
-    full = with_defaults(config)  # the workflow accepts the overrides (as rules/common.smk)
-    full = with_defaults({**full, **project.with_default_tokenizers(full)})
-    config_check.check_config({**full, **with_init_runs(full)})
+    workflow_config(config)  # the workflow accepts the overrides
     # a base trained at another peak: the shares follow it
     args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "4", "--base-override",
                             "optim.lr=0.002"])  # fmt: skip
@@ -389,14 +396,7 @@ def test_fine_tuning_sweeps_full_and_lora_over_shares_of_the_bases_peak_lr(
 def test_fine_tuning_replicates_every_run_on_the_fold_and_sums_up_each_way(
     tmp_path: Path,
 ) -> None:
-    from asrflow import config_check, project
-    from asrflow.lineage import with_init_runs
-    from asrflow.replicas import expand_replicas
-    from asrflow.settings import with_defaults
-
-    bench = load_bench(REPO / "bench/fine_tuning.py")
-    if not bench.FSDD.is_file():
-        pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    bench = fine_tuning_bench()
     args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "3", "--seeds", "0,1"])
     config = bench.project(args, tmp_path)
     assert "seeds" not in config["runs"]["base"]  # one base: the replicas share their start
@@ -404,11 +404,7 @@ def test_fine_tuning_replicates_every_run_on_the_fold_and_sums_up_each_way(
     assert list(seeds) == ["scratch", "full", "frozen", "lora", "full_1of3", "lora_1of3"]
     assert all(s == [0, 1] for s in seeds.values()), seeds
     assert config["report"]["baseline_run"] == "scratch"  # its first replica (settings)
-    full = with_defaults(config)  # as rules/common.smk completes it, replicas expanded
-    full = with_defaults({**full, **project.with_default_tokenizers(full)})
-    full = {**full, **expand_replicas(full)}
-    full = {**full, **with_init_runs(full)}
-    config_check.check_config(full)
+    full = workflow_config(config)
     assert full["runs"]["lora_1of3-seed1"]["init"]["run"] == "base"
     assert bench.fold_runs(args)[:3] == ["scratch-seed0", "scratch-seed1", "full-seed0"]
     args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "3", "--seeds", "1,2",
