@@ -74,6 +74,7 @@ OWN_RENDERER = {
     "real_speech_voices_draw1.json": "real_speech",
     "real_speech_voices_draw1_seed1.json": "real_speech",
     "fine_tuning.json": "fine_tuning",
+    "fine_tuning_seeds.json": "fine_tuning",
 }
 
 Renderer = Callable[[dict[str, Any]], str]

@@ -198,8 +198,9 @@ NEW_VOCABULARY_LR = 3.0e-4
 be learned, not nudged. Measured (bench/fine_tuning.py --lr-shares 10,3,1, docs/fine-tuning.md:
 demo base, fsdd4 nicolas fold, one seed): at 1/30 of the base's peak, full fine-tuning reached
 31.8 % on the held-out speaker (scratch 24.6 %) and LoRA 58.8 %; at 1/10, 1/3 and 1/1 full
-21.2-23.0 %, LoRA 48.2, 33.6 and 31.2 %. 1/3 is the middle of the full fine-tune's plateau and
-near LoRA's best; where the parent's peak is not known, 1/3 of the guidance's ~1e-3."""
+21.2-23.0 %, LoRA 48.2, 33.6 and 31.2 %; over three seeds full at 1/3 22.0 % (19.4-25.4),
+scratch 21.5 % (18.0-24.6). 1/3 is the middle of the full fine-tune's plateau and near LoRA's
+best; where the parent's peak is not known, 1/3 of the guidance's ~1e-3."""
 FINE_TUNING_WARMUP = 0.10
 """Warmup of a fine-tuning run, as a share of its steps: longer than from scratch (2-5 %), so
 that the fresh optimizer's first, badly scaled updates do not undo the pretrained weights
