@@ -46,6 +46,7 @@ from asrflow.corpus.folds import build_fold
 from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_text
 from asrflow.project import AUTO_TOKENIZER
+from asrflow.recipe.load import read_recipe_yaml
 from asrflow.replicas import replica_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,6 +57,7 @@ from real_speech import (  # a sibling script, not a package
     Names,
     _interval,
     _json,
+    _list,
     _machine,
     _wer,
     add_pause_fill,
@@ -102,6 +104,16 @@ def way_of(run: str) -> str:
     return run.partition("-seed")[0]
 
 
+def _ints(text: str) -> list[int]:
+    return [int(n) for n in _list(text)]
+
+
+def init_of(run: str) -> dict[str, Any] | None:
+    """The ``init`` of a run on the fold: its way's in :data:`WAYS` (a swept copy's or a
+    replica's too)."""
+    return WAYS[way_of(run).partition("_1of")[0]]
+
+
 def lr_share(run: str) -> int | None:
     """N of a run ``<way>_1of<N>`` of :func:`ways` (or a replica of it), else None (the plan's
     LR)."""
@@ -134,8 +146,7 @@ def base_peak_lr(base: dict[str, Any], work: Path) -> float:
     overridden = ((base.get("overrides") or {}).get("optim") or {}).get("lr")
     if overridden is not None:
         return float(overridden)
-    recipe = yaml.safe_load((work / layout.recipe_file(base["recipe"])).read_text("utf-8"))
-    return float(recipe["optim"]["lr"])
+    return float(read_recipe_yaml(work / layout.recipe_file(base["recipe"]))["optim"]["lr"])
 
 
 def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -183,7 +194,7 @@ def collect_way(work: Path, names: Names, run: str) -> dict[str, Any]:
     init = trained.get("init") or {}
     row: dict[str, Any] = {
         "run": run,
-        "init": ways([n] if (n := lr_share(run)) else [])[way_of(run)],
+        "init": init_of(run),
         "status": trained.get("status"),
         "steps": trained.get("steps"),
         "peak_lr": ((trained.get("recipe_settings") or {}).get("optim") or {}).get("lr"),
@@ -268,13 +279,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--seeds",
-        type=lambda text: [int(n) for n in text.split(",") if n.strip()],
+        type=_ints,
         metavar="N,...",
         help="seed replicas of every run on the fold, e.g. 0,1,2 (the base: one)",
     )
     p.add_argument(
         "--ways",
-        type=lambda text: [w.strip() for w in text.split(",") if w.strip()],
+        type=_list,
         metavar="WAY,...",
         help="only these runs on the fold (the base always), e.g. scratch,full_1of3",
     )
@@ -285,7 +296,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fold-seed", type=int, default=0, help="seed of the fold's strings")
     p.add_argument(
         "--lr-shares",
-        type=lambda text: [int(n) for n in text.split(",") if n.strip()],
+        type=_ints,
         default=[],
         metavar="N,...",
         help="also train full and lora at 1/N of the base's peak LR for each N, e.g. 10,3,1 "

@@ -415,6 +415,8 @@ def test_fine_tuning_replicates_every_run_on_the_fold_and_sums_up_each_way(
     ]  # fmt: skip
     with pytest.raises(bench.AsrflowError, match="--ways full_1of9: not one of scratch, full, "):
         bench.project(bench.arguments(["--ways", "full_1of9", "--work", str(tmp_path)]), tmp_path)
+    assert bench.init_of("lora_1of3-seed1") == bench.WAYS["lora"]
+    assert bench.init_of("scratch-seed0") is None
     assert bench.lr_share("lora_1of3-seed1") == 3 and bench.way_of("lora_1of3-seed1") == "lora_1of3"
     result = {
         "machine": {"cpu": "Test CPU", "threads": 2}, "date": "2026-01-02", "commit": "abc",

@@ -277,15 +277,16 @@ def lineage_params(config: Config, name: str) -> dict[str, Any]:
     r = run(config, name)
     init = r["init"]
     parent = init.get("run")
-    if parent is None:
+    parent_run = run(config, parent) if parent is not None else None
+    if parent_run is None:
         out = {"parent": str(init["model"]), "generation": 0}
     else:
-        out = {"parent": parent, "generation": 1 if run(config, parent).get("init") else 0}
+        out = {"parent": parent, "generation": 1 if parent_run.get("init") else 0}
     tokenizer = r.get("tokenizer", INIT_TOKENIZER)
     same = (
         tokenizer == INIT_TOKENIZER
         or init.get("reuse_tokenizer")  # checked equal to the package's before training
-        or (parent is not None and tokenizer == run(config, parent).get("tokenizer"))
+        or (parent_run is not None and tokenizer == parent_run.get("tokenizer"))
     )
     if not same:
         out["new_vocabulary"] = True
