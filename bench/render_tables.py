@@ -17,8 +17,8 @@ for some of its columns, their keys (``| columns: machine, date, dev``).
 Everything between the two comments is replaced by the rendering of the named JSON file (a path
 relative to the repository root); where the file does not exist, by one line saying "Not
 measured yet" and the command to run. Files named after a benchmark with a table of its own
-(``longform.json``, ``real_speech*.json``, ``fine_tuning.json``) are rendered by that
-benchmark's ``markdown`` function; every other file is a *figures table*::
+(``longform.json``, ``real_speech*.json``, ``fine_tuning*.json``, ``weekly_loop.json``) are
+rendered by that benchmark's ``markdown`` function; every other file is a *figures table*::
 
     {
       "title": "optional line above the table",
@@ -75,6 +75,7 @@ OWN_RENDERER = {
     "real_speech_voices_draw1_seed1.json": "real_speech",
     "fine_tuning.json": "fine_tuning",
     "fine_tuning_seeds.json": "fine_tuning",
+    "weekly_loop.json": "weekly_loop",
 }
 
 Renderer = Callable[[dict[str, Any]], str]

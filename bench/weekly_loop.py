@@ -74,8 +74,9 @@ REPO = HERE.parent
 BASE = "base"
 WEEKS = ("week1", "week2")
 HELD_OUT = f"{WEEKS[0]}.test"
-"""The eval set every run is judged on: the held-out speaker (week 2's test split holds the same
-speaker's strings)."""
+"""The held-out speaker's eval set (week 2's test split holds the same strings)."""
+JUDGED = (HELD_OUT, f"{WEEKS[0]}.dev", f"{WEEKS[1]}.dev")
+"""The eval sets every run is evaluated on (``evaluation.extra_sets``) and the table shows."""
 WAYS: dict[str, dict[str, Any]] = {
     "child": {"init": {"run": BASE}, "corpora": ["week2", "week1"]},
     "new_only": {"init": {"run": BASE}, "corpora": ["week2"]},
@@ -159,6 +160,9 @@ def project(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if args.seeds:
             runs[way]["seeds"] = list(args.seeds)
     config["runs"] = runs
+    # every run on the same sets: the held-out speaker and each week's dev takes (a run's own
+    # sets are its first corpus's dev and its corpora's test splits)
+    config["evaluation"] = {**config.get("evaluation", {}), "extra_sets": list(JUDGED)}
     config["report"] = {"baseline_run": BASE}
     return config
 
@@ -208,7 +212,7 @@ def collect_way(work: Path, run: str, corpora: list[str]) -> dict[str, Any]:
     if selected is None:
         return row
     artifact = row["selected"] = selected["selected"]
-    for eval_set in (HELD_OUT, f"{WEEKS[0]}.dev", f"{WEEKS[1]}.dev"):
+    for eval_set in JUDGED:
         summary = _json(work / layout.eval_file(run, artifact, eval_set, "summary.json"))
         row["eval"][eval_set] = _interval(summary)
     return row
@@ -234,7 +238,7 @@ def markdown(result: dict[str, Any]) -> str:
         wall, cpu = r.get("wall_seconds"), r.get("cpu_seconds")
         minutes = "n/a" if wall is None else f"{wall / 60:.1f}"
         minutes += "" if cpu is None else f", {cpu / 60:.1f}"
-        cells = [_wer(r["eval"].get(k)) for k in (HELD_OUT, f"{WEEKS[0]}.dev", f"{WEEKS[1]}.dev")]
+        cells = [_wer(r["eval"].get(k)) for k in JUDGED]
         lines.append(
             f"| {r['run']} | {start} | {corpora} | {' | '.join(cells)} | "
             f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | "
@@ -298,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(lr_share(run) is not None for run in config["runs"]):
         _write_config(work, without_lr_shares(config))  # plans (and trains) the base first
         rc, _ = run_snakemake(work, args.cores)
+        (work / "snakemake.log").replace(work / "snakemake.first.log")  # the second pass's
         config = with_lr_shares(config, work)
     _write_config(work, config)
     rc2, wall = run_snakemake(work, args.cores)

@@ -431,6 +431,91 @@ def test_fine_tuning_replicates_every_run_on_the_fold_and_sums_up_each_way(
     )
 
 
+def weekly_loop_bench():
+    """bench/weekly_loop.py as a module; the test skips without fsdd4 (its weeks are built)."""
+    bench = load_bench(REPO / "bench/weekly_loop.py")
+    if not bench.FSDD.is_file():
+        pytest.skip(f"{bench.FSDD} is not here (../shared/corpora/fsdd4)")
+    return bench
+
+
+def test_weekly_loop_builds_two_weeks_and_fine_tunes_last_weeks_model_on_both(
+    tmp_path: Path,
+) -> None:
+    bench = weekly_loop_bench()
+    args = bench.arguments(["--work", str(tmp_path), "--held-out", "george"])
+    config = bench.project(args, tmp_path)
+    assert list(config["corpora"]) == ["week1", "week2"]
+    assert list(config["runs"]) == ["base", "child", "new_only", "scratch"]
+    splits = {
+        week: json.loads((tmp_path / "folds" / week / "summary.json").read_text())["splits"]
+        for week in ("week1", "week2")
+    }
+    # week 1: two speakers; week 2 adds lucas; both hold george out, the same strings of his
+    assert splits["week1"]["train"]["speakers"] == ["jackson", "nicolas"]
+    assert splits["week2"]["train"]["speakers"] == splits["week2"]["dev"]["speakers"] == ["lucas"]
+    assert splits["week1"]["test"] == splits["week2"]["test"]
+    assert splits["week1"]["test"]["speakers"] == ["george"]
+    full = workflow_config(config)
+    runs = full["runs"]
+    assert runs["base"]["corpora"] == ["week1"] and "init" not in runs["base"]
+    assert runs["child"]["corpora"] == ["week2", "week1"]  # this week's and a rehearsal
+    assert runs["new_only"]["corpora"] == ["week2"]
+    # the children keep the base's tokenizer (its vocabulary: the plan's 1/30 of its LR)
+    assert runs["child"]["tokenizer"] == runs["new_only"]["tokenizer"] == "init"
+    assert runs["child"]["init"]["run"] == "base" and not runs["child"].get("overrides")
+    assert "init" not in runs["scratch"] and runs["scratch"]["corpora"] == ["week1", "week2"]
+    # every run evaluated on the held-out speaker and on both weeks' dev takes
+    from asrflow.project import eval_sets
+
+    for run in runs:
+        assert {"week1.test", "week1.dev", "week2.dev"} <= set(eval_sets(full, run)), run
+    with pytest.raises(bench.AsrflowError, match="--new-speaker george is the held-out"):
+        bench.project(bench.arguments(["--held-out", "george", "--new-speaker", "george"]),
+                      tmp_path)  # fmt: skip
+
+
+def test_weekly_loop_sweeps_the_child_over_shares_of_the_bases_planned_peak(
+    tmp_path: Path,
+) -> None:
+    bench = weekly_loop_bench()
+    args = bench.arguments(["--work", str(tmp_path), "--lr-shares", "10,3", "--seeds", "0,1"])
+    config = bench.project(args, tmp_path)
+    assert list(config["runs"])[4:] == ["child_1of10", "child_1of3"]
+    assert "seeds" not in config["runs"]["base"]  # one base: the replicas share their start
+    first = bench.without_lr_shares(config)  # the first pass plans the base
+    assert list(first["runs"]) == ["base", "child", "new_only", "scratch"]
+    with pytest.raises(bench.AsrflowError, match="base's plan is not written"):
+        bench.with_lr_shares(config, tmp_path)
+    plan = tmp_path / "results/runs/base/plan/plan.json"
+    plan.parent.mkdir(parents=True)
+    plan.write_text(json.dumps({"values": {"optim": {"lr": 0.005}}}))
+    swept = bench.with_lr_shares(config, tmp_path)["runs"]
+    assert swept["child_1of10"]["overrides"] == {"optim": {"lr": 0.0005}}
+    assert swept["child_1of3"]["overrides"] == {"optim": {"lr": 0.00167}}
+    assert "overrides" not in swept["child"]  # the plan's own share
+    full = workflow_config(bench.with_lr_shares(config, tmp_path))
+    assert full["runs"]["child_1of3-seed1"]["init"]["run"] == "base"
+    assert bench.week_runs(args)[:3] == ["child-seed0", "child-seed1", "new_only-seed0"]
+    assert bench.lr_share("child_1of3-seed1") == 3 and bench.lr_share("child") is None
+    result = {
+        "machine": {"cpu": "Test CPU", "threads": 2}, "date": "2026-01-02", "commit": "abc",
+        "settings": {"held_out": "nicolas", "new_speaker": "lucas", "dev": "takes"},
+        "rows": [
+            {"run": f"child_1of3-seed{s}", "init": "base", "corpora": ["week2", "week1"],
+             "peak_lr": 0.00167, "steps": 900, "wall_seconds": 120, "cpu_seconds": 240,
+             "eval": {"week1.test": {"wer": w, "ci": [0.1, 0.4]}}}
+            for s, w in ((0, 0.2), (1, 0.3))
+        ],
+    }  # fmt: skip
+    table = bench.markdown(result).splitlines()
+    assert table[4] == (
+        "| child_1of3-seed0 | base's selected model; lr 1/3 of its peak | week2, week1 | "
+        "20.00 % [10.00, 40.00] | n/a | n/a | 0.00167 | 900 | 2.0, 4.0 |"
+    )
+    assert table[-1] == "Held-out speaker WER over seeds: child_1of3 25.00 % (sd 7.07, 2 seeds)."
+
+
 def docs_columns(name: str) -> list[str]:
     data = json.loads((REPO / "docs/figures" / name).read_text(encoding="utf-8"))
     return [key for key, _ in data["columns"]]
