@@ -24,8 +24,11 @@ rule select_model:
 
 
 # What a run with init: {run: <run>} starts from: a copy of the chosen package, as plain files
-# (asrflow.select.publish), so that a selection that comes out the same retrains no child.
-rule publish_selected:
+# (asrflow.select.publish), so that a selection that comes out the same retrains no child. A
+# checkpoint, so that this holds within one invocation too: Snakemake plans every job below a
+# job it will run, and re-plans only after a checkpoint; a package republished with the same
+# bytes keeps its mtimes, and the re-plan drops the children's jobs.
+checkpoint publish_selected:
     input:
         selected=layout.selected_file("{run}"),
         packages=run_exports,

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from asrflow.hashing import sha256_file
-from tests.e2e import copy_workdir, dry_run, snakemake
+from tests.e2e import copy_workdir, dry_run, executed, snakemake
 from tests.tiny_dag import CONFIG, trained_tiny
 
 pytestmark = pytest.mark.slow
@@ -139,9 +139,20 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
     assert len(trained_lora) and trained_lora["adapter_bytes"].notna().all(), trained_lora
     assert report.loc[report["run"] != "lora", "adapter_bytes"].isna().all()
 
-    # the parent republished with the same bytes: nothing of the children reruns
-    snakemake(workdir, "results/runs/tiny_ctc/selected/model.pth", "--forcerun", "publish_selected")
-    assert dry_run(workdir, summary_file, "results/runs/lora/train/summary.json") == set()
+    # the parent republished with the same bytes (as when a new eval set reselects every run):
+    # no child retrains, in the same invocation either. Snakemake re-plans after the checkpoint
+    # publish_selected and drops the children's tokenizer and smoke jobs; their audit and train
+    # jobs still start (Snakemake 9 keeps the reason it planned them with) and find the run
+    # finished in its work directory: no step, no checkpoint written
+    children = (summary_file, "results/runs/lora/train/summary.json")
+    last = [workdir / f"results/work/{c}/checkpoints/last.ckpt" for c in ("child", "lora")]
+    before = [p.stat().st_mtime_ns for p in last]
+    proc = snakemake(workdir, *children, "--forcerun", "publish_selected")
+    ran = executed(proc)
+    assert "publish_selected[run=tiny_ctc]" in ran, ran
+    assert not [j for j in ran if j.startswith(("init_tokenizer", "smoke_train"))], ran
+    assert [p.stat().st_mtime_ns for p in last] == before
+    assert dry_run(workdir, *children) == set()
     # the parent retrains (its own override changed): its new selection reaches both children
     cfg["runs"]["tiny_ctc"]["overrides"] = {"trainer": {"seed": 1}}
     config.write_text(yaml.safe_dump(cfg))
