@@ -121,24 +121,34 @@ def lr_share(run: str) -> int | None:
     return int(n) if sep and n.isdigit() else None
 
 
-def chosen_ways(args: argparse.Namespace) -> dict[str, dict[str, Any] | None]:
-    """:func:`ways`, only those ``--ways`` names when it is given."""
-    every = ways(args.lr_shares)
-    if not args.ways:
+def only_ways(every: dict[str, Any], chosen: list[str] | None) -> dict[str, Any]:
+    """``every`` (way -> spec), only the ``chosen`` ways (``--ways``) when given, in its order."""
+    if not chosen:
         return every
-    unknown = [w for w in args.ways if w not in every]
+    unknown = [w for w in chosen if w not in every]
     if unknown:
         raise AsrflowError(f"--ways {', '.join(unknown)}: not one of {', '.join(every)}")
-    return {w: every[w] for w in every if w in args.ways}
+    return {w: every[w] for w in every if w in chosen}
+
+
+def replica_runs(names: list[str], seeds: list[int] | None) -> list[str]:
+    """The runs as the workflow names them: each of ``names``, or its replicas
+    ``<name>-seed<N>`` with ``seeds``."""
+    return [
+        run if seed is None else replica_name(run, seed)
+        for run in names
+        for seed in seeds or [None]
+    ]
+
+
+def chosen_ways(args: argparse.Namespace) -> dict[str, dict[str, Any] | None]:
+    """:func:`ways`, only those ``--ways`` names when it is given."""
+    return only_ways(ways(args.lr_shares), args.ways)
 
 
 def fold_runs(args: argparse.Namespace) -> list[str]:
     """The runs on the fold as the workflow names them (replicas: ``<way>-seed<N>``)."""
-    return [
-        run if seed is None else replica_name(run, seed)
-        for run in chosen_ways(args)
-        for seed in args.seeds or [None]
-    ]
+    return replica_runs(list(chosen_ways(args)), args.seeds)
 
 
 def base_peak_lr(base: dict[str, Any], work: Path) -> float:

@@ -48,10 +48,15 @@ from asrflow import layout
 from asrflow.corpus.folds import Fold, build_fold
 from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_text
-from asrflow.replicas import replica_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fine_tuning import _ints  # sibling scripts, not a package
+from fine_tuning import (  # sibling scripts, not a package
+    _ints,
+    lr_share,
+    only_ways,
+    replica_runs,
+    way_of,
+)
 from real_speech import (
     FSDD,
     SPEAKERS,
@@ -85,37 +90,17 @@ WAYS: dict[str, dict[str, Any]] = {
 """This week's runs: their ``init`` (none: from scratch) and corpora."""
 
 
-def way_of(run: str) -> str:
-    """The way a run learns this week: its name without a replica's ``-seed<N>``."""
-    return run.partition("-seed")[0]
-
-
-def lr_share(run: str) -> int | None:
-    """N of a run ``child_1of<N>`` (or a replica of it), else None (the plan's LR)."""
-    _, sep, n = way_of(run).rpartition("_1of")
-    return int(n) if sep and n.isdigit() else None
-
-
 def ways(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """:data:`WAYS` with a ``child_1of<N>`` for each ``--lr-shares`` N; only ``--ways`` when
     given."""
     every = dict(WAYS)
     every.update({f"child_1of{n}": WAYS["child"] for n in args.lr_shares})
-    if not args.ways:
-        return every
-    unknown = [w for w in args.ways if w not in every]
-    if unknown:
-        raise AsrflowError(f"--ways {', '.join(unknown)}: not one of {', '.join(every)}")
-    return {w: every[w] for w in every if w in args.ways}
+    return only_ways(every, args.ways)
 
 
 def week_runs(args: argparse.Namespace) -> list[str]:
     """This week's runs as the workflow names them (replicas: ``<way>-seed<N>``)."""
-    return [
-        run if seed is None else replica_name(run, seed)
-        for run in ways(args)
-        for seed in args.seeds or [None]
-    ]
+    return replica_runs(list(ways(args)), args.seeds)
 
 
 def speakers_of(args: argparse.Namespace) -> dict[str, list[str]]:
