@@ -236,10 +236,9 @@ def collect_way(work: Path, names: Names, run: str) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     """The table of a fine_tuning.json."""
-    m, s = result["machine"], result["settings"]
+    s = result["settings"]
     lines = [
-        f"Measured {result['date']} on {m['cpu']} ({m['threads']} threads), commit "
-        f"{result['commit']}; fold: held-out {s['fold']}, dev {s['dev']}; base: demo_conformer "
+        f"{measured(result)}; fold: held-out {s['fold']}, dev {s['dev']}; base: demo_conformer "
         f"on the demo corpus{'; ' + ' '.join(s['base_override']) if s['base_override'] else ''}.",
         "",
         "| run | start | dev WER [95 % CI] | held-out speaker WER [95 % CI] | trainable "
@@ -254,25 +253,41 @@ def markdown(result: dict[str, Any]) -> str:
             start += f"; lr 1/{n} of base's"
         trainable = r.get("trainable_parameters")
         size = r.get("export_bytes")
-        wall, cpu = r.get("wall_seconds"), r.get("cpu_seconds")
-        minutes = "n/a" if wall is None else f"{wall / 60:.1f}"
-        minutes += "" if cpu is None else f", {cpu / 60:.1f}"
         lines.append(
             f"| {r['run']} | {start} | {_wer(r.get('dev'))} | {_wer(r.get('test'))} | "
             f"{'n/a' if trainable is None else f'{trainable:,}'} | "
             f"{'n/a' if size is None else f'{size / 1e6:.2f}'} | "
-            f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | {minutes} |"
+            f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | {minutes(r)} |"
         )
     spread = seed_spread([{**r, "fold": way_of(r["run"])} for r in result["rows"]])
+    return "\n".join(lines + footer(spread, result.get("notes")))
+
+
+def measured(result: dict[str, Any]) -> str:
+    """ "Measured <date> on <cpu> (<n> threads), commit <commit>" of a benchmark's result."""
+    m = result["machine"]
+    when, commit = result["date"], result["commit"]
+    return f"Measured {when} on {m['cpu']} ({m['threads']} threads), commit {commit}"
+
+
+def minutes(row: dict[str, Any]) -> str:
+    """A row's train job time as "wall, CPU" minutes."""
+    wall, cpu = row.get("wall_seconds"), row.get("cpu_seconds")
+    text = "n/a" if wall is None else f"{wall / 60:.1f}"
+    return text + ("" if cpu is None else f", {cpu / 60:.1f}")
+
+
+def footer(spread: dict[str, dict[str, float]], notes: str | None) -> list[str]:
+    """The lines below a table: the held-out WER over seeds of each way with replicas
+    (:func:`real_speech.seed_spread`), then the notes whoever kept the file added."""
+    lines = []
     if spread:
         cells = [
             f"{way} {100 * x['mean']:.2f} % (sd {100 * x['sd']:.2f}, {x['seeds']} seeds)"
             for way, x in spread.items()
         ]
         lines += ["", "Held-out speaker WER over seeds: " + "; ".join(cells) + "."]
-    if result.get("notes"):  # what the run's conditions were, added by whoever kept the file
-        lines += ["", str(result["notes"])]
-    return "\n".join(lines)
+    return lines + (["", str(notes)] if notes else [])
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -52,7 +52,10 @@ from asrflow.io import read_json, write_text
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fine_tuning import (  # sibling scripts, not a package
     _ints,
+    footer,
     lr_share,
+    measured,
+    minutes,
     only_ways,
     replica_runs,
     way_of,
@@ -205,11 +208,10 @@ def collect_way(work: Path, run: str, corpora: list[str]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     """The table of a weekly_loop.json."""
-    m, s = result["machine"], result["settings"]
+    s = result["settings"]
     lines = [
-        f"Measured {result['date']} on {m['cpu']} ({m['threads']} threads), commit "
-        f"{result['commit']}; held-out speaker {s['held_out']}, week 2 adds "
-        f"{s['new_speaker']}; dev {s['dev']}.",
+        f"{measured(result)}; held-out speaker {s['held_out']}, week 2 adds {s['new_speaker']}; "
+        f"dev {s['dev']}.",
         "",
         "| run | start | trains on | held-out speaker WER [95 % CI] | week 1 dev | week 2 dev "
         "| peak LR | steps | train min (wall, CPU) |",
@@ -220,27 +222,16 @@ def markdown(result: dict[str, Any]) -> str:
         if (n := lr_share(r["run"])) is not None:
             start += f"; lr 1/{n} of its peak"
         corpora = ", ".join(r["corpora"])
-        wall, cpu = r.get("wall_seconds"), r.get("cpu_seconds")
-        minutes = "n/a" if wall is None else f"{wall / 60:.1f}"
-        minutes += "" if cpu is None else f", {cpu / 60:.1f}"
         cells = [_wer(r["eval"].get(k)) for k in JUDGED]
         lines.append(
             f"| {r['run']} | {start} | {corpora} | {' | '.join(cells)} | "
             f"{'n/a' if r.get('peak_lr') is None else f'{r["peak_lr"]:.3g}'} | "
-            f"{r.get('steps') or 'n/a'} | {minutes} |"
+            f"{r.get('steps') or 'n/a'} | {minutes(r)} |"
         )
     spread = seed_spread(
         [{"fold": way_of(r["run"]), "test": r["eval"].get(HELD_OUT)} for r in result["rows"]]
     )
-    if spread:
-        cells = [
-            f"{way} {100 * x['mean']:.2f} % (sd {100 * x['sd']:.2f}, {x['seeds']} seeds)"
-            for way, x in spread.items()
-        ]
-        lines += ["", "Held-out speaker WER over seeds: " + "; ".join(cells) + "."]
-    if result.get("notes"):
-        lines += ["", str(result["notes"])]
-    return "\n".join(lines)
+    return "\n".join(lines + footer(spread, result.get("notes")))
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
