@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import Any
 import yaml
 
 from asrflow import layout
-from asrflow.corpus.folds import Fold, build_fold
+from asrflow.corpus.folds import Fold, build_fold, select_takes
 from asrflow.errors import AsrflowError
 from asrflow.io import read_json, write_text
 
@@ -115,19 +114,13 @@ def speakers_of(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def week_fold(args: argparse.Namespace, work: Path, week: str, speakers: list[str]) -> Fold:
-    """One week's corpus: the takes of ``speakers`` (absolute audio paths) as a fold holding
-    out ``--held-out``."""
-    rows = []
-    for line in args.source.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row.get("speaker") in speakers:
-            row["audio_filepath"] = str((args.source.parent / row["audio_filepath"]).resolve())
-            rows.append(json.dumps(row))
-    if not rows:
-        raise AsrflowError(f"{args.source}: no takes of {', '.join(speakers)}")
-    takes = work / "folds" / f"{week}.takes.jsonl"
-    takes.parent.mkdir(parents=True, exist_ok=True)
-    write_text(takes, "\n".join(rows) + "\n")
+    """One week's corpus: the takes of ``speakers`` as a fold holding out ``--held-out``."""
+    takes = select_takes(
+        args.source,
+        work / "folds" / f"{week}.takes.jsonl",
+        lambda row: row.get("speaker") in speakers,
+        what=f"takes of {', '.join(speakers)}",
+    )
     return build_fold(takes, work / "folds" / week, fold_settings(args, args.held_out))
 
 

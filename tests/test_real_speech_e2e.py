@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from asrflow.corpus.folds import FoldSettings, build_fold
+from asrflow.corpus.folds import FoldSettings, build_fold, select_takes
 from asrflow.recipe.rules import RULES_VERSION
 from tests.e2e import REPO, environment, snakemake, write_config
 
@@ -35,14 +35,11 @@ STEPS = 40
 def subset_manifest(out: Path) -> Path:
     """The first :data:`TAKES_PER_DIGIT` takes of every digit and speaker, audio by absolute
     path (the fold builder reads the shared recordings where they are)."""
-    kept = []
-    for line in FSDD.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if int(Path(row["audio_filepath"]).stem.split("_")[-1]) < TAKES_PER_DIGIT:
-            row["audio_filepath"] = str((FSDD.parent / row["audio_filepath"]).resolve())
-            kept.append(json.dumps(row))
-    out.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    return out
+
+    def first_takes(row: dict) -> bool:
+        return int(Path(row["audio_filepath"]).stem.split("_")[-1]) < TAKES_PER_DIGIT
+
+    return select_takes(FSDD, out, first_takes)
 
 
 @pytest.fixture(scope="module")

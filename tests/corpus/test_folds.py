@@ -183,3 +183,19 @@ def test_a_fold_of_the_shared_corpus_uses_all_2000_takes(tmp_path):
     assert [split[s]["takes"] for s in folds.SPLITS] == [1000, 500, 500]
     assert split["dev"]["speakers"] == ["george"] and split["test"]["speakers"] == ["nicolas"]
     assert 100 <= split["test"]["utterances"] <= 167  # 500 takes in strings of 3-7
+
+
+def test_selected_takes_name_their_audio_absolutely_and_none_kept_is_an_error(takes, tmp_path):
+    two = set(SPEAKERS[:2])
+    out = folds.select_takes(takes, tmp_path / "sub.jsonl", lambda r: r["speaker"] in two)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 * TAKES and {r["speaker"] for r in rows} == two
+    assert all(Path(r["audio_filepath"]).is_absolute() for r in rows)
+    assert all(Path(r["audio_filepath"]).is_file() for r in rows)
+    # a fold is built from them beside neither the source nor its recordings
+    fold = build_fold(out, tmp_path / "fold", FoldSettings(held_out=SPEAKERS[1], dev="takes"))
+    assert fold.summary["splits"]["train"]["speakers"] == [SPEAKERS[0]]
+    assert fold.summary["splits"]["test"]["speakers"] == [SPEAKERS[1]]
+    with pytest.raises(AsrflowError, match=r"all\.jsonl: no takes of nobody"):
+        folds.select_takes(takes, tmp_path / "none.jsonl", lambda r: False, what="takes of nobody")
+    assert not (tmp_path / "none.jsonl").exists()

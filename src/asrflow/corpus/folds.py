@@ -33,7 +33,7 @@ import functools
 import json
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ from asrflow.corpus.connected import (
 )
 from asrflow.errors import AsrflowError
 from asrflow.hashing import sha256_file
-from asrflow.io import build_dir_once, dumps_json, read_json
+from asrflow.io import build_dir_once, dumps_json, read_json, write_text
 from asrflow.types import Hz, Pathlike, Seconds
 
 logger = logging.getLogger(__name__)
@@ -194,6 +194,25 @@ def plan_speaker(
             at += k
         out[split] = strings
     return out
+
+
+def select_takes(
+    source: Pathlike, out: Pathlike, keep: Callable[[dict[str, Any]], bool], what: str = "takes"
+) -> Path:
+    """The rows of the takes manifest ``source`` that ``keep`` accepts, written to ``out`` with
+    each ``audio_filepath`` absolute (a fold built from ``out`` reads the recordings where they
+    are); when none is kept, an error naming ``source`` and ``what`` was asked for."""
+    source = Path(source)
+    kept = []
+    for line in source.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if keep(row):
+            row["audio_filepath"] = str((source.parent / row["audio_filepath"]).resolve())
+            kept.append(json.dumps(row))
+    if not kept:
+        raise AsrflowError(f"{source}: no {what}")
+    write_text(out, "\n".join(kept) + "\n")
+    return Path(out)
 
 
 def build_fold(source: Pathlike, out_dir: Pathlike, settings: FoldSettings) -> Fold:
