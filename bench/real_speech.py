@@ -24,6 +24,7 @@ command, settings, rows, the mean over folds of the held-out WER) and printed as
     uv run python bench/real_speech.py --folds nicolas --recipe demo_conformer \\
         --override trainer.max_steps=200 --override trainer.val_check_interval=100
     uv run python bench/real_speech.py --quick              # CI smoke: one fold, a few minutes
+    uv run python bench/real_speech.py --plan               # each fold's plan; nothing trains
     uv run python bench/real_speech.py --voices 100         # + 100 synthetic voices' digits
     uv run python bench/real_speech.py --table results/bench/real_speech/real_speech.json
 
@@ -69,11 +70,14 @@ RESOURCES = {"devices": 0, "cpus_per_device": 2}
 VOICES = "voices"
 """The corpus of synthetic voices' digits that ``--voices N`` adds to every run's training."""
 QUICK_FOLD = "nicolas"
-QUICK_OVERRIDES = {"trainer": {"max_steps": 60, "val_check_interval": 20}}
-"""--quick's training: a smoke run, blank outputs (100 % WER) expected. Three validations, for the
-demo recipe's average of 3 checkpoints. The DAG's ~25 other jobs (a process each) take most of
-the time: 9 min for the whole of one fold on a loaded 2-core machine (load 4), 2 of them
-training."""
+QUICK_OVERRIDES = {
+    "trainer": {"max_steps": 40, "val_check_interval": 20},
+    "best_model_criterion": [["valid/loss", 1, "min"]],
+}
+"""--quick's training: a smoke run (blank outputs, 100 % WER, expected), two validations and one
+kept checkpoint, so two artifacts to export and evaluate. The DAG's other jobs (a process each)
+take most of the time. tests/test_real_speech_e2e.py runs ``--quick`` on a subset of the takes:
+CI's real-audio run is this benchmark's smoke."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,18 @@ def run_snakemake(work: Path, cores: int) -> tuple[int, float]:
     return rc, time.perf_counter() - started
 
 
+def print_plans(work: Path, runs: list[str], cores: int) -> int:
+    """``asrflow plan`` of ``runs`` in ``work``: what ``recipe: auto`` derives for each, with
+    its reasons, before anything trains. Returns its exit status."""
+    command = [
+        sys.executable, "-m", "asrflow.cli", "plan", *runs, "--",
+        "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml",
+        "--cores", str(cores),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.run(command, cwd=work, env=env, check=False).returncode
+
+
 # --- the results ---------------------------------------------------------------------------
 
 
@@ -313,14 +329,21 @@ def collect_run(work: Path, names: Names, run: str, seed: int | None) -> dict[st
     return row
 
 
-def collect(work: Path, speakers: list[str], dev: str, seeds: list[int] | None) -> list[dict]:
-    rows = []
+def run_names(speakers: list[str], dev: str, seeds: list[int] | None) -> list[dict[str, Any]]:
+    """Every fold's run, or its seed replicas: ``names``, ``run`` and ``seed`` of each."""
+    out = []
     for speaker in speakers:
         names = Names(speaker, dev)
         for seed in seeds or [None]:
             run = names.run if seed is None else replica_name(names.run, seed)
-            rows.append(collect_run(work, names, run, seed))
-    return rows
+            out.append({"names": names, "run": run, "seed": seed})
+    return out
+
+
+def collect(work: Path, speakers: list[str], dev: str, seeds: list[int] | None) -> list[dict]:
+    return [
+        collect_run(work, r["names"], r["run"], r["seed"]) for r in run_names(speakers, dev, seeds)
+    ]
 
 
 def fold_means(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -536,6 +559,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         help=f"CI smoke: fold {QUICK_FOLD} only, {_dotted(QUICK_OVERRIDES)} (before --override)",
     )
     p.add_argument("--table", type=Path, help="print the table of a real_speech.json, run nothing")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="write the project and print every run's plan (asrflow plan: the data stages run, "
+        "nothing trains)",
+    )
     args = p.parse_args(argv)
     for speaker in args.folds:
         if speaker not in SPEAKERS and args.source == FSDD:
@@ -594,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
         voices=voices_fold(args, work) if args.voices else None,
     )
     write_text(work / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    if args.plan:
+        runs = [r["run"] for r in run_names(args.folds, args.dev, args.seeds)]
+        return print_plans(work, runs, args.cores)
     rc, wall = run_snakemake(work, args.cores)
     rows = collect(work, args.folds, args.dev, args.seeds)
     result = {
