@@ -130,7 +130,7 @@ def checkpoint_damage(path: Pathlike, *, zip_required: bool = False) -> str | No
 
 
 def _load(path: Path, *, mmap: bool = False, zip_required: bool = False) -> Any:
-    import torch
+    import torch  # only when a file is read (the note above the module's code)
 
     if path.is_file():
         damage = checkpoint_damage(path, zip_required=zip_required)
@@ -173,7 +173,7 @@ def _damaged(path: Path, exc: BaseException) -> DamagedCheckpoint:
 
 def _checked_state(state: Mapping[Any, Any], path: Path, where: str) -> dict[str, torch.Tensor]:
     """``state`` as a dict, after checking that it is a non-empty ``{str: tensor}`` mapping."""
-    import torch
+    import torch  # only when a file is read (the note above the module's code)
 
     if not state:
         raise AsrflowError(f"{path}: the {where} is empty; there are no weights in it")

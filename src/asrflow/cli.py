@@ -21,10 +21,13 @@ reason (:mod:`asrflow.recipe.plan`); for a run with a named recipe, what auto wo
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from asrflow import __version__
 from asrflow.errors import AsrflowError
@@ -54,7 +57,7 @@ def _configure_verify(p: argparse.ArgumentParser) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from asrflow.verify import verify_report
+    from asrflow.verify import verify_report  # each subcommand imports only what it runs
 
     report = verify_report(args.paths, threads=args.threads)
     for m in report.mismatches:
@@ -84,8 +87,7 @@ def _configure_status(p: argparse.ArgumentParser) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    import json
-
+    # each subcommand imports only what it runs
     from asrflow.status import format_status, params_changes, status_json, workflow_status
 
     extra = [a for a in args.snakemake_args if a != "--"]
@@ -111,10 +113,7 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    import subprocess
-    from pathlib import Path
-
-    from asrflow.recipe.plan import plan_lines, read_plan
+    from asrflow.recipe.plan import plan_lines, read_plan  # each subcommand imports only its own
 
     # argparse hands over what follows -- as more RUNs: the first option starts Snakemake's
     first = next((i for i, a in enumerate(args.runs) if a.startswith("-")), len(args.runs))
@@ -147,7 +146,7 @@ def _configure_where(p: argparse.ArgumentParser) -> None:
 
 
 def _run_where(args: argparse.Namespace) -> int:
-    from asrflow.data.shards import find_cuts
+    from asrflow.data.shards import find_cuts  # Lhotse and torch for this subcommand only
 
     located = find_cuts(args.shard_dir, args.cut_ids)  # one pass for all of them
     missing = 0

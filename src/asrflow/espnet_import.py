@@ -88,7 +88,7 @@ def _typeguard_off() -> Iterator[None]:
         yield
         return
     try:
-        import typeguard
+        import typeguard  # ESPnet's dependency, not ours: it may be absent
     except ImportError:  # an ESPnet without typeguard: nothing to turn off
         yield
         return

@@ -111,7 +111,7 @@ def code_version(repo_dir: Pathlike = ".") -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def library_sha256() -> str:
     """Digest of the installed ``asrflow`` package's ``*.py`` files (paths and contents)."""
-    import asrflow
+    import asrflow  # the package this module belongs to, complete only once imported
 
     root = Path(asrflow.__file__).parent
     files = [(r, p) for r, p in tree_files(root) if r.endswith(".py")]

@@ -16,6 +16,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from asrflow.errors import AsrflowError
 from asrflow.types import Pathlike
 
@@ -44,8 +46,6 @@ def schema_file() -> Path:
 
 @functools.cache
 def _schema() -> Mapping[str, Any]:
-    import yaml
-
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(schema_file().read_text(encoding="utf-8"), Loader=loader)
 
@@ -94,6 +94,7 @@ def filling_validator(schema: Mapping[str, Any]) -> Any:
     """A Draft 2020-12 validator that fills in defaults while it validates: jsonschema's FAQ
     recipe, as ``snakemake.utils.validate(..., set_default=True)`` extends it, except that each
     default is a copy (Snakemake's runs share one ``resources`` dict, the schema's own)."""
+    # jsonschema (0.2 s) only where a config is validated: every job imports this module
     from jsonschema import Draft202012Validator, validators
 
     validate_properties = Draft202012Validator.VALIDATORS["properties"]
@@ -122,8 +123,7 @@ def with_defaults(
     >>> with_defaults({"corpora": {"c": {"source": "synthetic"}}})["smoke"]
     {'max_train_cuts': 16, 'max_dev_cuts': 4, 'max_steps': 3}
     """
-    import yaml
-    from jsonschema.exceptions import ValidationError
+    from jsonschema.exceptions import ValidationError  # jsonschema: see filling_validator
 
     path = Path(schema) if schema is not None else schema_file()
     loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -173,7 +173,7 @@ def config_error_message(error: Exception, source: str = "the config") -> str:
     dumps the whole schema and config (hundreds of lines); this names the key by its dotted
     path, what is wrong, what is allowed there and the key's description, and nothing else.
     """
-    from jsonschema.exceptions import ValidationError
+    from jsonschema.exceptions import ValidationError  # jsonschema: see filling_validator
 
     found: Any = error
     while found is not None and not isinstance(found, ValidationError):

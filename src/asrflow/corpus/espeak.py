@@ -53,7 +53,7 @@ class _Library:
     """Process-wide facts: the private library copy, the voice data and libc's ``srand``."""
 
     def __init__(self) -> None:
-        import espeakng_loader
+        import espeakng_loader  # the library is looked for when a voice first speaks
 
         source = Path(espeakng_loader.get_library_path())
         self.data_path = espeakng_loader.get_data_path().encode()

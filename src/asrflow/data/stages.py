@@ -17,6 +17,7 @@ from asrflow.data.cuts import load_cuts, save_cuts
 from asrflow.data.filter import FilterConfig, filter_cuts, write_filter_report
 from asrflow.data.importers import import_manifest
 from asrflow.data.issues import ValidationConfig
+from asrflow.data.shards import ShardSettings, write_shards
 from asrflow.data.split import group_holdout
 from asrflow.data.validate import raise_on_errors, validate_splits
 from asrflow.errors import AsrflowError
@@ -158,6 +159,4 @@ def filter_split(
 
 def shard_split(cuts_path: Pathlike, out_dir: Pathlike, shards: Mapping[str, Any]) -> dict:
     """Write a filtered split as Lhotse Shar shards (:func:`asrflow.data.shards.write_shards`)."""
-    from asrflow.data.shards import ShardSettings, write_shards
-
     return write_shards(cuts_path, out_dir, ShardSettings.from_config(shards))

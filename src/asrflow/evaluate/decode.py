@@ -277,7 +277,7 @@ class PackageModel:
                 raise AsrflowError(
                     "evaluation.decoding.mode lexicon_lm needs the run's word LM (rule word_lm)"
                 )
-            from asrflow.evaluate.word_lm import WordLMDecoder
+            from asrflow.evaluate.word_lm import WordLMDecoder  # torchaudio's decoder: lexicon only
 
             self.word_lm = WordLMDecoder(
                 word_lm,

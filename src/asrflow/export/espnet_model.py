@@ -62,7 +62,7 @@ def espnet_config(
 
 def yaml_text(config: Mapping[str, Any]) -> str:
     """config.yaml as ESPnet writes it (no YAML aliases), with sorted keys for stable bytes."""
-    with espnet_import():
+    with espnet_import():  # ESPnet (seconds to import) only in the jobs that write or build models
         from espnet2.utils.yaml_no_alias_safe_dump import yaml_no_alias_safe_dump
 
     return yaml_no_alias_safe_dump(dict(config), indent=4, sort_keys=True)
@@ -70,7 +70,7 @@ def yaml_text(config: Mapping[str, Any]) -> str:
 
 def build_espnet_model(config: Mapping[str, Any]) -> torch.nn.Module:
     """``ASRTask.build_model`` on a config mapping, as ``Speech2Text`` does it."""
-    with espnet_import():
+    with espnet_import():  # ESPnet (seconds to import) only in the jobs that write or build models
         from espnet2.tasks.asr import ASRTask
 
     args = argparse.Namespace(**copy.deepcopy(dict(config)))

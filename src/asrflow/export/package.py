@@ -283,7 +283,7 @@ def load_speech2text(
         s2t = load_speech2text("results/packages/r1")
         text, *_ = s2t(audio_16k)[0]
     """
-    with espnet_import():
+    with espnet_import():  # ESPnet's inference stack only where a package is loaded
         from espnet2.bin.asr_inference import Speech2Text
 
     package = Path(package_dir).absolute()

@@ -18,13 +18,20 @@ Example (``asrflow plan RUN`` prints this)::
 from __future__ import annotations
 
 import copy
+import json
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from asrflow.errors import AsrflowError
+from asrflow.io import write_json
 from asrflow.params import flatten
 from asrflow.recipe.rules import RULES_VERSION, choices
-from asrflow.recipe.stats import CorpusStats
+from asrflow.recipe.stats import CorpusStats, train_stats
+from asrflow.text import TextNormalization
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 """The recipe name (``runs.<run>.recipe: auto``) of the built-in recipe that follows the corpus."""
@@ -222,12 +229,6 @@ def write_plan(
     (unchanged content keeps the file as it was) and logged line by line. A fine-tuning run's
     ``lineage`` takes ``parent_lr`` from its parent run's train summary (``parent_summary``:
     the peak LR it trained with)."""
-    import logging
-
-    from asrflow.io import write_json
-    from asrflow.recipe.stats import train_stats
-    from asrflow.text import TextNormalization
-
     stats = train_stats(train_cuts, TextNormalization.from_dict(normalization), synthetic=synthetic)
     if lineage is not None:
         lineage = {**lineage, "parent_lr": parent_peak_lr(parent_summary)}
@@ -235,7 +236,6 @@ def write_plan(
         run, stats, explicit=explicit, recipe=recipe, inherited=inherited, lineage=lineage
     )
     write_json(out, plan)
-    log = logging.getLogger(__name__)
     for line in plan_lines(plan):
         log.info("%s", line)
     return plan
@@ -246,8 +246,6 @@ def parent_peak_lr(summary: str | Path | None) -> float | None:
     summary), or None without a summary."""
     if summary is None:
         return None
-    import json
-
     with open(summary, encoding="utf-8") as f:
         settings = json.load(f).get("recipe_settings") or {}
     lr = (settings.get("optim") or {}).get("lr")
@@ -256,10 +254,6 @@ def parent_peak_lr(summary: str | Path | None) -> float | None:
 
 def read_plan(path: str | Path) -> dict[str, Any]:
     """A plan file, or an error naming it and the rule that makes it."""
-    import json
-
-    from asrflow.errors import AsrflowError
-
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

@@ -91,7 +91,7 @@ def train_stats(
     cut_files: Sequence[Pathlike], normalization: TextNormalization, *, synthetic: bool
 ) -> CorpusStats:
     """The statistics of the filtered train splits ``cut_files``."""
-    from asrflow.data.cuts import load_cuts, supervision
+    from asrflow.data.cuts import load_cuts, supervision  # Lhotse (and torch) in the plan job only
 
     def utterances() -> Iterable[Utterance]:
         for path in cut_files:

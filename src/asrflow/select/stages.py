@@ -15,11 +15,15 @@ Artifact names of a run (``runs.<run>`` with its recipe's ``best_model_criterion
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from asrflow.artifacts import BASELINE, CHECKPOINTS, LAST, LAST_CHECKPOINT, best_name, is_average
 from asrflow.errors import AsrflowError
+from asrflow.export.find import find_config, find_weights, read_token_list
 from asrflow.export.package import export_package
 from asrflow.io import read_json
 from asrflow.select.average import average_checkpoints, topk_checkpoints
@@ -127,12 +131,6 @@ def _baseline_bpe(init_model: Path, config_file: Path, config: dict[str, Any]) -
 def export_baseline(init_model: Pathlike, out_dir: Pathlike) -> dict[str, Any]:
     """Export the start weights of a fine-tuning run as the ``baseline`` package: the init
     model's weights with its own ESPnet config, token list and BPE model."""
-    import tempfile
-
-    import yaml
-
-    from asrflow.export.find import find_config, find_weights, read_token_list
-
     model = Path(init_model)
     config_file = find_config(model)
     if config_file is None:

@@ -81,7 +81,7 @@ class AdapterConfig:
 def _targets(model: torch.nn.Module, targets: Sequence[str]) -> list[str]:
     """The module names ``targets`` select (ESPnet's rule: the name ends with one), each
     checked to be a ``torch.nn.Linear`` (the one layer type whose merge asrflow does)."""
-    import torch
+    import torch  # the module stays cheap to import (the note under its imports)
 
     chosen = [n for n, _ in model.named_modules() if n and any(n.endswith(t) for t in targets)]
     if not chosen:
@@ -108,13 +108,13 @@ def add_adapters(
     freeze every parameter but theirs and the ``fresh`` ones (the keys that were not loaded:
     they have no start to adapt). Returns the record for the summary: the adapter's settings,
     ``adapted_modules`` and ``adapter_parameters``."""
-    import torch
+    import torch  # the module stays cheap to import (the note under its imports)
 
     cfg = AdapterConfig.from_dict(adapter)
     if cfg.type != "lora":
         raise AsrflowError(f"init.adapter.type: {cfg.type!r}; asrflow supports lora")
     chosen = _targets(model, cfg.targets)
-    with espnet_import():
+    with espnet_import():  # ESPnet and loralib only when a run adds adapters
         import loralib
         from espnet2.layers.create_adapter import create_adapter
 

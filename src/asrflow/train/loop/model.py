@@ -30,7 +30,7 @@ def espnet_args(
     model_conf: Mapping[str, Any], tokens_txt: Pathlike, bpe_model: Pathlike
 ) -> argparse.Namespace:
     """ESPnet's parsed training arguments for a model section, a token list and a BPE model."""
-    with espnet_import():
+    with espnet_import():  # ESPnet (seconds to import) only when a model is built
         from espnet2.tasks.asr import ASRTask
 
     with tempfile.TemporaryDirectory(prefix="asrflow-espnet-") as tmp:
@@ -66,7 +66,7 @@ def build_model(
     model_conf: Mapping[str, Any], tokens_txt: Pathlike, bpe_model: Pathlike
 ) -> tuple[torch.nn.Module, argparse.Namespace]:
     """Build an ``ESPnetASRModel`` with ``ASRTask.build_model``; returns (model, args)."""
-    with espnet_import():
+    with espnet_import():  # ESPnet (seconds to import) only when a model is built
         from espnet2.tasks.asr import ASRTask
 
     args = espnet_args(model_conf, tokens_txt, bpe_model)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from asrflow.errors import AsrflowError
+from asrflow.io import write_json
 from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json
 from asrflow.types import Pathlike
 
@@ -165,8 +166,6 @@ def write_job(
     log_path: Pathlike | None,
 ) -> Path:
     """Write the worker's job: the run spec, the paths (absolute) and the job's threads."""
-    from asrflow.io import write_json
-
     job = {
         "spec": json.loads(spec_to_json(spec)),
         "work_dir": str(Path(work_dir).absolute()),
