@@ -67,6 +67,7 @@ OPTIONS = ("measure", "only", "columns")
 OWN_RENDERER = {
     "longform.json": "longform",
     "real_speech.json": "real_speech",
+    "real_speech_demo_recipe.json": "real_speech",
     "real_speech_dev_speaker.json": "real_speech",
     "real_speech_room.json": "real_speech",
     "real_speech_seeds.json": "real_speech",
