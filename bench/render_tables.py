@@ -77,6 +77,7 @@ OWN_RENDERER = {
     "fine_tuning.json": "fine_tuning",
     "fine_tuning_seeds.json": "fine_tuning",
     "weekly_loop.json": "weekly_loop",
+    "weekly_loop_seeds.json": "weekly_loop",
 }
 
 Renderer = Callable[[dict[str, Any]], str]
