@@ -208,15 +208,26 @@ def project_config(
     return config
 
 
+def workflow_args(cores: int) -> list[str]:
+    """Snakemake's arguments for the work dir's project: this checkout's Snakefile, the work
+    dir's config.yaml, ``cores``."""
+    return ["--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml",
+            "--cores", str(cores)]  # fmt: skip
+
+
+def workflow_env() -> dict[str, str]:
+    """The environment of the workflow's processes: this checkout's library first."""
+    return {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
 def run_snakemake(work: Path, cores: int) -> tuple[int, float]:
     """Run the workflow in ``work`` as tests/e2e.py does; its output to ``<work>/snakemake.log``.
     Returns its exit status and wall seconds."""
     command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
-        "--configfile", "config.yaml", "--cores", str(cores),
+        sys.executable, "-m", "snakemake", *workflow_args(cores),
         "--rerun-incomplete", "--keep-going",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = workflow_env()
     log = work / "snakemake.log"
     print(f"running the workflow in {work} (log: {log})", flush=True)
     started = time.perf_counter()
@@ -232,13 +243,8 @@ def run_snakemake(work: Path, cores: int) -> tuple[int, float]:
 def print_plans(work: Path, runs: list[str], cores: int) -> int:
     """``asrflow plan`` of ``runs`` in ``work``: what ``recipe: auto`` derives for each, with
     its reasons, before anything trains. Returns its exit status."""
-    command = [
-        sys.executable, "-m", "asrflow.cli", "plan", *runs, "--",
-        "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml",
-        "--cores", str(cores),
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    return subprocess.run(command, cwd=work, env=env, check=False).returncode
+    command = [sys.executable, "-m", "asrflow.cli", "plan", *runs, "--", *workflow_args(cores)]
+    return subprocess.run(command, cwd=work, env=workflow_env(), check=False).returncode
 
 
 # --- the results ---------------------------------------------------------------------------
