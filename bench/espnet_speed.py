@@ -243,7 +243,7 @@ def asrflow_epoch_audio(spec: RunSpec, recipe: Recipe) -> tuple[float, int]:
     number of batches (no audio is read)."""
     from asrflow.train.batches.loader import load_train_cuts, make_sampler
 
-    sampler = make_sampler(load_train_cuts(spec, recipe), recipe.batching, world_size=1, rank=0)
+    sampler = make_sampler(load_train_cuts(spec), recipe.batching, world_size=1, rank=0)
     sampler.set_epoch(0)
     seconds = [sum(c.duration for c in cuts) for cuts in sampler]
     return sum(seconds) / len(seconds), len(seconds)
@@ -498,7 +498,7 @@ def run_asrflow(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     timed.launched = time.perf_counter()
-    parts = build_trainer_parts(spec, recipe, work)
+    parts = build_trainer_parts(spec, work)
     module = parts["module"]
     StepClock(timed).attach(module.model)
     kwargs, _ = cpu_fallback(trainer_kwargs(recipe))
@@ -540,7 +540,7 @@ def asrflow_batches(spec: RunSpec, recipe: Recipe, work: Path, n: int) -> list[d
     """The first ``n`` batches of asrflow's train loader, epochs as Lightning sets them."""
     from asrflow.train.loop.parts import build_trainer_parts
 
-    parts = build_trainer_parts(spec, recipe, work)
+    parts = build_trainer_parts(spec, work)
     loader, batches, epoch = parts["train_loader"], [], 0
     while len(batches) < n:
         loader.sampler.set_epoch(epoch)
@@ -985,7 +985,7 @@ def loading_seconds(
     batches, ESPnet2's iterator with ``--num_workers 0`` (what a worker spends on a batch)."""
     from asrflow.train.loop.parts import build_trainer_parts
 
-    parts = build_trainer_parts(spec, recipe, work)
+    parts = build_trainer_parts(spec, work)
     loader = parts["train_loader"]
     sampler, dataset = loader.sampler, loader.dataset
     sampler.set_epoch(0)
@@ -1102,8 +1102,8 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
     recipe = load_recipe(inputs["recipe"], overrides)
     spec = RunSpec(
         name="espnet_speed",
-        recipe=str(inputs["recipe"]),
-        overrides=overrides,
+        recipe=recipe,
+        recipe_name=str(inputs["recipe"]),
         train_cuts=[str(inputs["train"])],
         dev_cuts=str(inputs["dev"]),
         bpe_model=str(inputs["bpe_model"]),
@@ -1122,7 +1122,7 @@ def benchmark(args: argparse.Namespace, inputs: dict[str, Path], work: Path) -> 
         spec.bpe_model, spec.tokens, TextNormalization.from_dict(spec.normalization)
     )
     data = work / "espnet_data"
-    written = write_espnet_dir(load_train_cuts(spec, recipe), data / "train", encoder, sr)
+    written = write_espnet_dir(load_train_cuts(spec), data / "train", encoder, sr)
     dev = load_cuts(spec.dev_cuts)
     written += write_espnet_dir(
         dev.subset(first=min(args.dev_cuts, len(dev))), data / "dev", encoder, sr

@@ -104,20 +104,23 @@ def plant_wrong_transcripts(train: Path, out: Path, count: int, seed: int) -> li
 
 
 def train(name: str, workdir: Path, data: dict[str, Path], train_cuts: Path, steps: int | None):
+    from asrflow.recipe.load import load_recipe
     from asrflow.train.run.runner import train_run
     from asrflow.train.spec import RunSpec
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))
     spec = RunSpec(
         name=name,
-        recipe=str(REPO / f"config/recipes/{RECIPE}.yaml"),
+        recipe=load_recipe(
+            REPO / f"config/recipes/{RECIPE}.yaml",
+            {"trainer": {"max_steps": steps}} if steps else {},
+        ),
         recipe_name=RECIPE,
         train_cuts=[str(train_cuts)],
         dev_cuts=str(data["dev"]),
         bpe_model=str(data["bpe_model"]),
         tokens=str(data["tokens"]),
         normalization=config["text_normalization"],
-        overrides={"trainer": {"max_steps": steps}} if steps else {},
     )
     run = workdir / "runs" / name
     started = time.time()

@@ -25,6 +25,7 @@ row in the columns of ``docs/figures/gpu_train_speed.json``, the GPU table in do
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from asrflow.recipe.load import load_recipe
+from asrflow.recipe.load import load_recipe, with_overrides
 from asrflow.recipe.mappings import deep_merge, dotted_overrides
 from asrflow.train.loop.parts import build_trainer_parts
 from asrflow.train.spec import RunSpec
@@ -74,10 +75,12 @@ class StepTimer:
 def measure(spec: RunSpec, overrides: dict[str, Any], precision: str, steps: int) -> StepTimer:
     import lightning as L
 
-    recipe = load_recipe(spec.recipe, deep_merge(overrides, {"trainer": {"precision": precision}}))
+    recipe = with_overrides(
+        spec.recipe, deep_merge(overrides, {"trainer": {"precision": precision}})
+    )
     timer = StepTimer()
     with tempfile.TemporaryDirectory(prefix="asrflow-bench-") as work:
-        parts = build_trainer_parts(spec, recipe, Path(work))
+        parts = build_trainer_parts(dataclasses.replace(spec, recipe=recipe), Path(work))
         trainer = L.Trainer(
             default_root_dir=work,
             max_steps=steps,
@@ -154,7 +157,8 @@ def main() -> None:
     tok = Path(args.tokenizer)
     spec = RunSpec(
         name="bench",
-        recipe=args.recipe,
+        recipe=load_recipe(args.recipe),
+        recipe_name=args.recipe,
         train_cuts=[args.train],
         dev_cuts=args.dev,
         bpe_model=str(tok / "bpe.model"),

@@ -66,8 +66,8 @@ def run_spec(args: argparse.Namespace, workers: int) -> tuple[RunSpec, Any]:
     tok = Path(args.tokenizer)
     spec = RunSpec(
         name="worker_start",
-        recipe=str(REPO / RECIPE),
-        overrides=overrides,
+        recipe=load_recipe(REPO / RECIPE, overrides),
+        recipe_name=RECIPE,
         train_cuts=[args.train],
         dev_cuts=args.dev,
         bpe_model=str(tok / "bpe.model"),
@@ -75,7 +75,7 @@ def run_spec(args: argparse.Namespace, workers: int) -> tuple[RunSpec, Any]:
         normalization=text_normalization(),
         max_dev_cuts=4,
     )
-    return spec, load_recipe(REPO / RECIPE, overrides)
+    return spec, spec.recipe
 
 
 def train_loader(
@@ -88,8 +88,8 @@ def train_loader(
 
     from asrflow.train.loop.parts import build_trainer_parts
 
-    spec, recipe = run_spec(args, workers)
-    loader = build_trainer_parts(spec, recipe, work)["train_loader"]
+    spec, _ = run_spec(args, workers)
+    loader = build_trainer_parts(spec, work)["train_loader"]
     loader.sampler.set_epoch(0)
     if nice is not None:
         loader.worker_nice = nice

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,21 @@ def test_a_chain_of_fine_tuning_runs_knows_each_parent_and_its_history() -> None
         n: runs.lineage_params(config, n).get("new_vocabulary") for n in list(config["runs"])[1:]
     }
     assert new == {"fresh": True, "kept": None, "checked": None, "other": True}
+
+
+def test_a_runs_recipe_is_parsed_once_per_dag_build_until_its_file_or_overrides_change(
+    recipes, tmp_path
+) -> None:
+    """Every rule's params and inputs ask for the same run's recipe: one parse serves them all,
+    and a changed file or override is parsed anew."""
+    recipes("good", MODEL)
+    config = config_with_runs(a={"recipe": "good"})
+    first = runs.run_recipe(config, "a")
+    assert runs.run_recipe(config, "a") is first
+    assert runs.run_recipe(config, "a", smoke=True) is not first
+    config["runs"]["a"]["overrides"] = {"optim": {"lr": 0.5}}
+    assert runs.run_recipe(config, "a").optim.lr == 0.5
+    recipes("good", {**MODEL, "encoder_conf": {"output_size": 8, "num_blocks": 2}})
+    path = tmp_path / "config" / "recipes" / "good.yaml"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert runs.run_recipe(config, "a").model["encoder_conf"]["output_size"] == 8

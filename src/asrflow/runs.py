@@ -12,6 +12,9 @@ repeated here.
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,8 @@ from asrflow.recipe.inherit import (
 from asrflow.recipe.load import load_recipe, read_recipe_yaml
 from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import explicit_keys, is_auto
+from asrflow.recipe.sections import Recipe
+from asrflow.types import Pathlike
 
 
 def train_overrides(config: Config, name: str) -> dict[str, Any]:
@@ -86,24 +91,42 @@ def smoke_overrides(config: Config, name: str) -> dict[str, Any]:
     return overrides
 
 
-def run_recipe(config: Config, name: str, *, smoke: bool = False):
+def run_recipe(config: Config, name: str, *, smoke: bool = False) -> Recipe:
     """A run's recipe with its overrides (read when the DAG is built); ``smoke``: as its smoke
     run trains it (:func:`smoke_overrides`). An error in ``runs.<run>.overrides`` names that
-    key (:func:`~asrflow.recipe.checks.check_overrides`), one in the recipe the file."""
-    check_overrides(run(config, name)["overrides"], name)
+    key (:func:`~asrflow.recipe.checks.check_overrides`), one in the recipe the file.
+
+    Parsed once per DAG build: every rule's params and inputs ask for the same run's recipe, so
+    the parsed recipe is kept while its file (size, modification time) and overrides stay the
+    same."""
+    path = recipe_file(run(config, name)["recipe"])
     overrides = smoke_overrides(config, name) if smoke else train_overrides(config, name)
-    path = recipe_file(run(config, name)["recipe"])
-    source = f"{path} (run {name}{' as its smoke run trains it' if smoke else ''})"
-    return load_recipe(_recipe_data(config, name), overrides, source=source)
+    given, merged = (
+        json.dumps(o, sort_keys=True, default=str)
+        for o in (run(config, name)["overrides"], overrides)
+    )
+    return _parsed_run_recipe(name, str(path), _file_state(path), given, merged, smoke)
 
 
-def _recipe_data(config: Config, name: str) -> Any:
-    """The data of a run's recipe file; an unreadable one names ``runs.<run>.recipe``."""
-    path = recipe_file(run(config, name)["recipe"])
+def _file_state(path: Pathlike) -> tuple[int, int] | None:
+    """(size, mtime_ns) of a file, ``None`` when it cannot be read: what invalidates a parse."""
     try:
-        return read_recipe_yaml(path)
-    except AsrflowError as e:
-        raise AsrflowError(f"runs.{name}.recipe: {e}") from None
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+@functools.cache
+def _parsed_run_recipe(
+    name: str, path: str, state: tuple[int, int] | None, given: str, merged: str, smoke: bool
+) -> Recipe:
+    """:func:`run_recipe`'s parse, by value of everything it reads (``state``: the file's)."""
+    del state  # a part of the cache key only
+    check_overrides(json.loads(given), name)
+    data = _recipe_data(name, path)
+    source = f"{path} (run {name}{' as its smoke run trains it' if smoke else ''})"
+    return load_recipe(data, json.loads(merged), source=source)
 
 
 def check_recipes(config: Config) -> None:
@@ -121,6 +144,14 @@ def check_recipes(config: Config) -> None:
         except AsrflowError as e:
             path = recipe_file(run(config, name)["recipe"])
             raise AsrflowError(f"{path} (run {name}): {e}") from None
+
+
+def _recipe_data(name: str, path: Pathlike) -> Any:
+    """The data of a run's recipe file; an unreadable one names ``runs.<run>.recipe``."""
+    try:
+        return read_recipe_yaml(path)
+    except AsrflowError as e:
+        raise AsrflowError(f"runs.{name}.recipe: {e}") from None
 
 
 def frontend_rates(config: Config, corpus: str) -> Operational:
@@ -151,7 +182,8 @@ def frontend_rates(config: Config, corpus: str) -> Operational:
                     continue
                 if is_auto(run(config, name)["recipe"]):
                     continue  # its plan takes the corpus's own rate
-            data = deep_merge(_recipe_data(config, name), overrides)
+            path = recipe_file(run(config, name)["recipe"])
+            data = deep_merge(_recipe_data(name, path), overrides)
             rates[name] = model_sample_rate(data.get("frontend_conf"))
     return Operational(rates)
 

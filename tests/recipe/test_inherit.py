@@ -127,9 +127,9 @@ def test_the_train_spec_takes_the_packages_model_and_records_where_from(tmp_path
     init = {"model": str(pkg), "include": ["*"], "exclude": [], "architecture": "package",
             "reuse_tokenizer": False}  # fmt: skip
     spec = spec_from_inputs("r", inputs, normalization={}, recipe=recipe, init=init)
-    assert spec.recipe["encoder_conf"]["output_size"] == 16
+    assert spec.recipe.model["encoder_conf"]["output_size"] == 16
     assert spec.architecture["from"] == str(pkg / "config.yaml")
     spec = spec_from_inputs(
         "r", inputs, normalization={}, recipe=recipe, init={**init, "architecture": "recipe"}
     )
-    assert spec.recipe["encoder_conf"]["output_size"] == 96 and spec.architecture is None
+    assert spec.recipe.model["encoder_conf"]["output_size"] == 96 and spec.architecture is None

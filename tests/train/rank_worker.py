@@ -15,7 +15,6 @@ Lightning starts the ranks). :func:`record_writes` logs which process writes whi
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ from asrflow.errors import AsrflowError
 from asrflow.train.loop.module import AsrModule
 from asrflow.train.run.runner import train_run
 from asrflow.types import Pathlike
-from tests.train.tiny_run import spec_from_json
+from tests.train.tiny_run import spec_from_json, with_overrides
 
 
 def record_batches(
@@ -123,7 +122,7 @@ def main(job_path: str) -> None:
         )
         try:
             train_run(
-                dataclasses.replace(spec, overrides=run["overrides"]),
+                with_overrides(spec, run["overrides"]),
                 root / "work",
                 root / "out",
                 root / "summary.json",

@@ -114,16 +114,15 @@ def test_a_lora_run_trains_only_its_adapters_and_exports_plain_weights(tmp_path)
     import lightning as L
 
     from asrflow.train.loop.parts import build_trainer_parts
-    from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
     start = tmp_path / "start.pth"
-    plain = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "w0")["module"].model
+    plain = build_trainer_parts(spec, tmp_path / "w0")["module"].model
     torch.save(plain.state_dict(), start)
     init = run_settings(init={"model": str(start), "adapter": {"rank": 2}})["init"]
     spec = dataclasses.replace(spec, init=init)
-    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "w1")
+    parts = build_trainer_parts(spec, tmp_path / "w1")
     module = parts["module"]
     assert parts["init"]["adapter"]["rank"] == 2 and parts["init"]["adapted_modules"] > 0
     assert parts["init"]["trainable_parameters"] == parts["init"]["adapter_parameters"]

@@ -19,7 +19,7 @@ from asrflow.train.cluster import (
     threads_per_rank,
 )
 from asrflow.train.run.runner import train_run
-from tests.train.tiny_run import make_tiny_run
+from tests.train.tiny_run import make_tiny_run, with_overrides
 
 
 def slurm(ntasks: int, per_node: int | None, nnodes: int, procid: int, **extra: str) -> dict:
@@ -317,9 +317,7 @@ def test_gpu_job_on_a_fake_gres_slurm_node_trains_on_the_cpu(tiny, tmp_path, cle
         clean_env.setenv(key, value)
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "0")
     clean_env.setattr(torch.cuda, "is_available", lambda: False)
-    spec = dataclasses.replace(
-        tiny, overrides={"trainer": {"accelerator": "gpu", "precision": "bf16-mixed"}}
-    )
+    spec = with_overrides(tiny, {"trainer": {"accelerator": "gpu", "precision": "bf16-mixed"}})
     with caplog.at_level(logging.INFO):
         summary = train_run(spec, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
     assert summary["status"] == "completed"

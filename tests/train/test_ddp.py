@@ -23,7 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.train.tiny_run import TINY_RECIPE, make_tiny_run, spec_to_json
+from tests.train.tiny_run import (
+    TINY_RECIPE,
+    make_tiny_run,
+    spec_to_json,
+    with_overrides,
+)
 
 # slow: two fresh Python processes: ~40 s of the ~65 s are imports
 pytestmark = pytest.mark.slow
@@ -206,13 +211,11 @@ def test_checkpoints_metrics_and_transcripts_are_written_once(ddp_run):
 def test_sharded_validation_equals_single_process_validation(ddp_run, tmp_path):
     import lightning as L
 
-    from asrflow.recipe.load import load_recipe
     from asrflow.train.loop.parts import build_trainer_parts
 
     spec, root, overrides, _ = ddp_run
     summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
-    recipe = load_recipe(spec.recipe, overrides)
-    parts = build_trainer_parts(spec, recipe, tmp_path)
+    parts = build_trainer_parts(with_overrides(spec, overrides), tmp_path)
     checkpoint = torch.load(root / "out/checkpoints/last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 8
     parts["module"].load_state_dict(checkpoint["state_dict"])

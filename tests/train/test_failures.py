@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -22,7 +21,7 @@ from asrflow.train.loop.failures import (
 )
 from asrflow.train.loop.module import AsrModule
 from asrflow.train.run.runner import train_run
-from tests.train.tiny_run import make_tiny_run
+from tests.train.tiny_run import make_tiny_run, with_overrides
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def tiny(tmp_path_factory):
 
 
 def run(spec, root: Path, **overrides):
-    spec = dataclasses.replace(spec, overrides=overrides)
+    spec = with_overrides(spec, overrides)
     return train_run(spec, root / "work", root / "out", root / "summary.json")
 
 

@@ -361,7 +361,7 @@ def test_an_espnet_exp_dir_gives_its_architecture_to_a_recipe_of_another_width(m
     inputs = {"train_0": "t", "dev": "d", "bpe_model": "b", "tokens": "k"}
     cfg = init({"model": str(exp)})
     spec = spec_from_inputs("r", inputs, normalization={}, recipe=recipe, init=cfg)
-    model_keys = {k: v for k, v in spec.recipe.items() if k != "trainer"}
+    model_keys = dict(spec.recipe.model)
     assert model_keys["encoder_conf"] == TINY_CTC_MODEL["encoder_conf"]
     assert spec.architecture["from"] == str(exp / "config.yaml")
     torch.manual_seed(4)
@@ -437,15 +437,14 @@ def test_a_frozen_encoder_keeps_its_weights_through_a_training_step(tmp_path):
     import lightning as L
 
     from asrflow.train.loop.parts import build_trainer_parts
-    from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
     start = tmp_path / "start.pth"
-    torch.save(build_trainer_parts(spec, spec_recipe(spec), tmp_path / "w0")["module"]
+    torch.save(build_trainer_parts(spec, tmp_path / "w0")["module"]
                .model.state_dict(), start)  # fmt: skip
     spec = dataclasses.replace(spec, init=init({"model": str(start), "freeze": ["encoder"]}))
-    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "w1")
+    parts = build_trainer_parts(spec, tmp_path / "w1")
     module = parts["module"]
     assert parts["init"]["trainable_parameters"] < sum(p.numel() for p in module.parameters())
     module.trainer = L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")

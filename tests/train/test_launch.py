@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from asrflow.errors import AsrflowError
+from asrflow.recipe.load import load_recipe
 from asrflow.train.run.launch import (
     SrunLaunch,
     job_file,
@@ -22,19 +23,20 @@ from asrflow.train.run.launch import (
 )
 from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json
 from tests.configs import run_settings
+from tests.train.tiny_espnet import TINY_CTC_MODEL
 
 PROFILE_TRAIN = {"slurm_partition": "gpu", "gpu_model": "a100"}
 """profiles/slurm's set-resources of train."""
 
 SPEC = RunSpec(
     name="big",
-    recipe="config/recipes/r.yaml",
+    recipe=load_recipe({**TINY_CTC_MODEL, "trainer": {"devices": 4, "num_nodes": 2}}),
+    recipe_name="r",
     train_cuts=["a.jsonl.gz", "b.jsonl.gz"],
     dev_cuts="dev.jsonl.gz",
     bpe_model="bpe.model",
     tokens="tokens.txt",
     normalization={"lowercase": True},
-    overrides={"trainer": {"devices": 4, "num_nodes": 2}},
     train_weights=[1.0, 0.5],
     init={"model": "w.pt"},
 )

@@ -14,7 +14,7 @@ from asrflow.data.cuts import load_cuts, save_cuts
 from asrflow.train.batches.loader import mix_epoch
 from asrflow.train.loop.module import AsrModule
 from asrflow.train.run.runner import train_run
-from tests.train.tiny_run import make_tiny_run
+from tests.train.tiny_run import make_tiny_run, with_overrides
 
 WEIGHTS = [1.0, 3.0]
 
@@ -45,14 +45,11 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
     spec = _two_corpora(tmp_path / "data")
     corpora = spec.train_cuts
     steps = 30  # 24 one-cut batches per epoch: the whole of epoch 0 and part of epoch 1
-    spec = dataclasses.replace(
-        spec,
-        train_weights=WEIGHTS,
-        overrides={
-            "trainer": {"max_steps": steps, "val_check_interval": steps},
-            "batching": {"max_duration": 1.5},
-        },
-    )
+    overrides = {
+        "trainer": {"max_steps": steps, "val_check_interval": steps},
+        "batching": {"max_duration": 1.5},
+    }
+    spec = dataclasses.replace(with_overrides(spec, overrides), train_weights=WEIGHTS)
     summary, trained = train_recording_epochs(spec, tmp_path, monkeypatch)
     assert summary["status"] == "completed" and summary["steps"] == steps
 
@@ -65,14 +62,12 @@ def test_weighted_corpora_give_each_epoch_the_weights_share(tmp_path, monkeypatc
 
 
 def test_the_batch_audit_samples_the_first_epochs_mix(tmp_path):
-    from asrflow.recipe.load import load_recipe
     from asrflow.train.batches.loader import load_train_cuts
 
     spec = _two_corpora(tmp_path / "data")
-    recipe = load_recipe(spec.recipe)
-    plain = load_train_cuts(spec, recipe).ids
+    plain = load_train_cuts(spec).ids
     assert sum(i.startswith("new-") for i in plain) == 12  # no weights: every cut once
-    mixed = load_train_cuts(dataclasses.replace(spec, train_weights=WEIGHTS), recipe).ids
+    mixed = load_train_cuts(dataclasses.replace(spec, train_weights=WEIGHTS)).ids
     assert sum(i.startswith("new-") for i in mixed) == 18
 
 
@@ -89,11 +84,9 @@ def test_sharded_weighted_corpora_train_on_each_epochs_shard_mix_and_audit_it(
     dirs = [tmp_path / "shards0", tmp_path / "shards1"]
     for cuts, out in zip(spec.train_cuts, dirs, strict=True):
         write_shards(cuts, out, ShardSettings(shard_size=2))
+    longer = {"trainer": {"max_steps": 16, "val_check_interval": 16}}  # > 1 epoch
     spec = dataclasses.replace(
-        spec,
-        train_weights=WEIGHTS,
-        train_shards=[str(d) for d in dirs],
-        overrides={"trainer": {"max_steps": 16, "val_check_interval": 16}},  # > 1 epoch
+        with_overrides(spec, longer), train_weights=WEIGHTS, train_shards=[str(d) for d in dirs]
     )
     summary, trained = train_recording_epochs(spec, tmp_path, monkeypatch)
     assert summary["status"] == "completed", summary

@@ -46,11 +46,10 @@ def test_logged_grad_norm_is_the_total_norm_before_clipping(tmp_path, algorithm:
     from lightning.pytorch.utilities import grad_norm
 
     from asrflow.train.loop.parts import build_trainer_parts
-    from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
-    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
+    parts = build_trainer_parts(spec, tmp_path / "work")
     module = parts["module"]
     module.trainer = L.Trainer(
         logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu"
@@ -82,7 +81,6 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path, caplog):
     import csv
     import logging
 
-    from asrflow.recipe.load import load_recipe
     from asrflow.train.loop.schedule import build_optimizer, build_scheduler
     from asrflow.train.run.runner import train_run
     from tests.train.tiny_run import make_tiny_run
@@ -100,7 +98,7 @@ def test_a_run_logs_one_row_per_step_with_every_train_metric(tmp_path, caplog):
             "train/batch_audio_seconds", "train/padding_ratio", "train/grad_norm",
             "epoch")  # fmt: skip
     assert all(r[key] != "" for r in rows for key in keys)
-    recipe = load_recipe(spec.recipe, spec.overrides)
+    recipe = spec.recipe
     optimizer = build_optimizer([torch.nn.Parameter(torch.zeros(1))], recipe.optim, 1.0)
     scheduler = build_scheduler(optimizer, recipe)["scheduler"]
     expected = []
@@ -122,11 +120,10 @@ def test_a_filler_batch_adds_no_gradient_and_logs_nothing(tmp_path):
     zero loss, zero gradient, nothing logged."""
     from asrflow.train.batches.shard_stream import FILLER
     from asrflow.train.loop.parts import build_trainer_parts
-    from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
-    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
+    parts = build_trainer_parts(spec, tmp_path / "work")
     module, batch = parts["module"], next(iter(parts["train_loader"]))
     logged = {}
     module.log = lambda name, value, **kwargs: logged.update({name: value})
@@ -155,13 +152,12 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
     from asrflow.data.shards import ShardSettings, write_shards
     from asrflow.train.batches.shard_stream import ShardLoader
     from asrflow.train.loop.parts import build_trainer_parts
-    from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
     spec = make_tiny_run(tmp_path / "data")
     write_shards(spec.train_cuts[0], tmp_path / "shards", ShardSettings(shard_size=3))
     spec = dataclasses.replace(spec, train_shards=[str(tmp_path / "shards")])
-    parts = build_trainer_parts(spec, spec_recipe(spec), tmp_path / "work")
+    parts = build_trainer_parts(spec, tmp_path / "work")
     loader, module = parts["train_loader"], parts["module"]
     assert isinstance(loader, ShardLoader) and module.train_sampler is loader
     cut_ids = [i for batch in loader for i in batch["ids"]]
@@ -177,14 +173,13 @@ def test_a_sharded_run_reads_every_cut_and_resumes_its_epoch(tmp_path):
 def test_noise_augmentation_reaches_the_train_batches_only(tmp_path):
     """``augmentation.noise_snr`` changes the train loader's audio, never dev's."""
     from asrflow.train.loop.parts import build_trainer_parts
-    from asrflow.train.spec import spec_recipe
     from tests.train.tiny_run import make_tiny_run
 
     noise = {"augmentation": {"noise_snr": [0, 0]}}
     clean = make_tiny_run(tmp_path / "data")
     noisy = make_tiny_run(tmp_path / "data", overrides=noise)
-    plain = build_trainer_parts(clean, spec_recipe(clean), tmp_path / "w0")
-    parts = build_trainer_parts(noisy, spec_recipe(noisy), tmp_path / "w1")
+    plain = build_trainer_parts(clean, tmp_path / "w0")
+    parts = build_trainer_parts(noisy, tmp_path / "w1")
     for name, same in (("train_loader", False), ("dev_loader", True)):
         a, b = next(iter(plain[name])), next(iter(parts[name]))
         assert a["ids"] == b["ids"]

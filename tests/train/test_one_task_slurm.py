@@ -26,14 +26,13 @@ from pathlib import Path
 import pytest
 
 from asrflow.params import Operational
-from asrflow.recipe.load import load_recipe
 from tests.train.test_ddp import (
     ROOT,
     assert_each_utterance_once_per_epoch,
     assert_loss_per_global_token,
     records,
 )
-from tests.train.tiny_run import make_tiny_run
+from tests.train.tiny_run import make_tiny_run, recipe_with_overrides
 
 # slow: two fresh Python processes one after the other: ~40 s of imports
 pytestmark = pytest.mark.slow
@@ -81,7 +80,7 @@ def snakemake_script(workflow: Path, root: Path, spec) -> Path:
         "summary": "results/runs/tiny/train/summary.json",
         "record": "results/runs/tiny/train/summary.prov.json",
     }
-    recipe = load_recipe(spec.recipe, OVERRIDES)  # what runs.recipe_params gives the rule
+    recipe = recipe_with_overrides(spec.recipe, OVERRIDES)  # what runs.recipe_params gives the rule
     params = {
         "recipe": {
             "settings": recipe.identity(),

@@ -8,7 +8,6 @@ epoch's batch order from the saved step.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import signal
 import subprocess
@@ -19,12 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from asrflow.recipe.load import load_recipe
 from asrflow.train.batches.loader import make_sampler
 from asrflow.train.loop.module import AsrModule
 from asrflow.train.run.runner import train_run
 from tests.train.test_ddp import ROOT, srun_env
-from tests.train.tiny_run import make_tiny_run, spec_to_json
+from tests.train.tiny_run import make_tiny_run, recipe_with_overrides, spec_to_json, with_overrides
 
 # slow: a fresh Python process: ~25 s of imports
 pytestmark = pytest.mark.slow
@@ -113,7 +111,7 @@ def test_rerun_resumes_from_the_saved_step_and_batch(preempted, monkeypatch):
     monkeypatch.setattr(AsrModule, "training_step", recording_step)
     # the same recipe (a changed one would start afresh), stopped 3 steps on by the Trainer
     summary = train_run(
-        dataclasses.replace(spec, overrides=LONG),
+        with_overrides(spec, LONG),
         root / "work",
         root / "out",
         root / "summary.json",
@@ -125,7 +123,7 @@ def test_rerun_resumes_from_the_saved_step_and_batch(preempted, monkeypatch):
     # the epoch's batch order continues exactly where the killed job stopped
     from asrflow.data.cuts import load_cuts
 
-    recipe = load_recipe(spec.recipe, LONG)
+    recipe = recipe_with_overrides(spec.recipe, LONG)
     sampler = make_sampler(load_cuts(spec.train_cuts[0]), recipe.batching)
     reference = [[c.id for c in batch] for batch in sampler]
     sampler.set_epoch(1)

@@ -12,7 +12,6 @@ continued with more steps is a resume too.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import os
 import signal
 
@@ -22,7 +21,7 @@ import torch
 from asrflow.train.loop.failures import TrainingPreempted
 from asrflow.train.loop.module import AsrModule
 from asrflow.train.run.runner import train_run
-from tests.train.tiny_run import make_tiny_run
+from tests.train.tiny_run import make_tiny_run, with_overrides
 
 STEPS, EVERY = 14, 4
 OVERRIDES = {
@@ -62,7 +61,7 @@ def data(tmp_path_factory):
 def test_sigterm_resumes_without_losing_or_repeating_a_step(
     data, tmp_path, monkeypatch, hook, step
 ):
-    spec = dataclasses.replace(data, overrides=OVERRIDES)
+    spec = with_overrides(data, OVERRIDES)
     work, out, summary = tmp_path / "work", tmp_path / "out", tmp_path / "summary.json"
     _sigterm_at(monkeypatch, hook, step)
     with pytest.raises(TrainingPreempted):
@@ -88,9 +87,7 @@ def test_a_run_resumed_in_its_second_epoch_logs_each_step_once(data, tmp_path):
     its final checkpoint; taken in the second epoch (12 batches per epoch), lightning 2.6
     restored its logging step one behind."""
     work, out, summary = tmp_path / "work", tmp_path / "out", tmp_path / "summary.json"
-    spec = dataclasses.replace(
-        data, overrides=OVERRIDES | {"trainer": {"max_steps": 20, "val_check_interval": 4}}
-    )
+    spec = with_overrides(data, OVERRIDES | {"trainer": {"max_steps": 20, "val_check_interval": 4}})
     stopped = train_run(spec, work, out, summary, max_steps=14)
     assert stopped["steps"] == 14
     result = train_run(spec, work, out, summary)

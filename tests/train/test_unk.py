@@ -10,6 +10,7 @@ from lhotse import CutSet
 
 from asrflow.data.cuts import save_cuts
 from asrflow.errors import AsrflowError
+from asrflow.recipe.load import load_recipe
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
@@ -46,7 +47,7 @@ def spec(
     recipe = {**TINY_CTC_MODEL, "diagnostics": diagnostics}
     return RunSpec(
         name="r",
-        recipe=recipe,
+        recipe=load_recipe(recipe),
         train_cuts=[str(write_cuts(tmp_path / "train.jsonl.gz", train))],
         dev_cuts=str(write_cuts(tmp_path / "dev.jsonl.gz", dev)),
         bpe_model=str(model),

@@ -14,7 +14,7 @@ from asrflow.errors import AsrflowError
 from asrflow.recipe.sections import OPERATIONAL_KEYS
 from asrflow.train.run.runner import train_run
 from asrflow.train.run.workdir import IDENTITY, claim_work_dir
-from tests.train.tiny_run import TINY_RECIPE, make_tiny_run
+from tests.train.tiny_run import TINY_RECIPE, make_tiny_run, with_overrides
 
 
 def test_same_identity_keeps_the_state_other_identity_moves_it_aside(tmp_path):
@@ -67,15 +67,15 @@ def test_resuming_a_finished_run_keeps_every_criterion_current(tmp_path):
     for info in first["criteria"].values():
         assert (tmp_path / "out" / "checkpoints" / info["best_model_path"]).is_file()
 
-    other_model = {**spec.overrides, "encoder_conf": {"output_size": 8}}
-    changed = dataclasses.replace(spec, overrides=other_model)
+    other_model = {"encoder_conf": {"output_size": 8}}
+    changed = with_overrides(spec, other_model)
     fresh = train_run(changed, tmp_path / "work", tmp_path / "out", tmp_path / "summary.json")
     assert fresh["resumed_from"] is None and fresh["steps"] == 6
     assert len(list(Path(tmp_path).glob("work.stale-*"))) == 1
 
 
 def _train(spec, root, **overrides):
-    spec = dataclasses.replace(spec, overrides={**spec.overrides, **overrides})
+    spec = with_overrides(spec, overrides)
     return train_run(spec, root / "work", root / "out", root / "summary.json")
 
 

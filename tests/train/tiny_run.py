@@ -7,12 +7,15 @@ Also usable from a subprocess (the DDP and preemption tests): ``python -m tests.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from asrflow.recipe.load import load_recipe
+from asrflow.recipe.load import with_overrides as recipe_with_overrides
 from asrflow.train.spec import RunSpec, spec_from_json, spec_to_json  # noqa: F401 (re-exported)
 from tests.conftest import utterance_rows, write_nemo, write_wav
 from tests.train.tiny_espnet import TINY_CTC_MODEL
@@ -66,11 +69,16 @@ def make_tiny_run(
     recipe_path.write_text(yaml.safe_dump(dict(recipe or TINY_RECIPE)), encoding="utf-8")
     return RunSpec(
         name=name,
-        recipe=str(recipe_path),
+        recipe=load_recipe(recipe_path, overrides),
+        recipe_name=str(recipe_path),
         train_cuts=[str(paths["train"])],
         dev_cuts=str(paths["dev"]),
         bpe_model=str(model),
         tokens=str(tokens),
         normalization=norm.to_dict(),
-        overrides=dict(overrides or {}),
     )
+
+
+def with_overrides(spec: RunSpec, overrides: Mapping[str, Any]) -> RunSpec:
+    """``spec`` with ``overrides`` deep-merged over its recipe (as ``runs.<run>.overrides``)."""
+    return dataclasses.replace(spec, recipe=recipe_with_overrides(spec.recipe, overrides))

@@ -67,6 +67,14 @@ def load_recipe(
     return recipe
 
 
+def with_overrides(
+    recipe: Recipe, overrides: Mapping[str, Any], *, source: str = "recipe"
+) -> Recipe:
+    """``recipe`` with ``overrides`` deep-merged over its settings, parsed and checked again
+    (e.g. a benchmark's or a test's shorter run of a recipe already loaded)."""
+    return load_recipe(recipe.to_dict(), overrides, source=source)
+
+
 def read_recipe_yaml(path: Pathlike) -> Mapping[str, Any]:
     """The data of a recipe YAML (a mapping), or an :class:`AsrflowError` naming the file."""
     try:

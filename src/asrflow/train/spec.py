@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from asrflow.recipe.checks import recipe_from_dict
 from asrflow.recipe.inherit import (
     inherit_architecture,
     takes_package_architecture,
 )
-from asrflow.recipe.load import load_recipe, read_recipe_yaml
+from asrflow.recipe.load import load_recipe, recipe_sections
 from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import apply_plan, read_plan
 from asrflow.recipe.sections import Recipe
@@ -27,14 +28,14 @@ class RunSpec:
     """Everything a training run reads; paths are files made by earlier rules."""
 
     name: str
-    recipe: Pathlike | Mapping[str, Any]
-    """A recipe YAML, or recipe data already read (the train rules pass its canonical form)."""
+    recipe: Recipe
+    """The recipe as the run trains it, parsed and checked once (:func:`spec_from_inputs`):
+    its overrides, plan and starting package's model keys already merged in."""
     train_cuts: Sequence[Pathlike]
     dev_cuts: Pathlike
     bpe_model: Pathlike
     tokens: Pathlike
     normalization: Mapping[str, Any]
-    overrides: Mapping[str, Any] = field(default_factory=dict)
     train_weights: Sequence[float] | None = None
     """``runs.<run>.weights``: each corpus's share of every epoch
     (:func:`~asrflow.train.batches.loader.mix_epoch`); ``None``: every cut once per epoch."""
@@ -59,25 +60,23 @@ class RunSpec:
 
 
 def spec_to_json(spec: RunSpec) -> str:
-    """A :class:`RunSpec` as JSON (paths as strings), e.g. for a process that trains it."""
-    return json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}, default=str)
+    """A :class:`RunSpec` as JSON (paths as strings, the recipe as its data), e.g. for a process
+    that trains it."""
+    data = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
+    data["recipe"] = spec.recipe.to_dict()
+    return json.dumps(data, default=str)
 
 
 def spec_from_json(text: str) -> RunSpec:
-    """The :class:`RunSpec` :func:`spec_to_json` wrote."""
-    return RunSpec(**json.loads(text))
+    """The :class:`RunSpec` :func:`spec_to_json` wrote (its recipe checked when it was made)."""
+    data = json.loads(text)
+    data["recipe"] = recipe_from_dict(data["recipe"], source=_source(data))
+    return RunSpec(**data)
 
 
-def spec_recipe(spec: RunSpec) -> Recipe:
-    """The run's recipe: its file (or data) with the overrides merged in, checked."""
-    where = spec.recipe_name or (spec.recipe if not isinstance(spec.recipe, Mapping) else "recipe")
-    return load_recipe(spec_recipe_data(spec), source=f"{where} (run {spec.name})")
-
-
-def spec_recipe_data(spec: RunSpec) -> dict[str, Any]:
-    """The run's recipe data (its file read, or the data given) with the overrides merged in."""
-    data = spec.recipe if isinstance(spec.recipe, Mapping) else read_recipe_yaml(spec.recipe)
-    return deep_merge(data, spec.overrides)
+def _source(spec: Mapping[str, Any]) -> str:
+    """How errors name a run's recipe: ``<recipe> (run <run>)``."""
+    return f"{spec.get('recipe_name') or 'recipe'} (run {spec['name']})"
 
 
 def spec_from_inputs(
@@ -87,6 +86,7 @@ def spec_from_inputs(
     normalization: Mapping[str, Any],
     recipe: Mapping[str, Any],
     weights: Sequence[float] | None = None,
+    sections: Sequence[str] | None = None,
     **extra: Any,
 ) -> RunSpec:
     """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``shards_0..n`` for sharded
@@ -94,7 +94,9 @@ def spec_from_inputs(
     (:func:`asrflow.runs.recipe_params`); with ``plan`` (``recipe: auto``) the plan's values
     merged over the recipe's, and with an ``init`` that takes the package's architecture the
     package's model keys in place of the recipe's; neither under the keys the overrides set
-    (``recipe["explicit"]``)."""
+    (``recipe["explicit"]``). The recipe is parsed and checked here, once for the job;
+    ``sections``: the params hold only these sections (the batch audit's), parsed unchecked
+    (the DAG checked the whole recipe)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     shards = {int(k.split("_")[1]): str(v) for k, v in inputs.items() if k.startswith("shards_")}
     data = deep_merge(recipe["settings"], recipe["operational"])
@@ -107,9 +109,14 @@ def spec_from_inputs(
     architecture = None
     if inherits:
         data, architecture = inherit_architecture(data, init["model"], explicit)
+    source = _source({"name": name, "recipe_name": recipe["name"]})
+    if sections is None:
+        parsed = load_recipe(data, source=source)
+    else:
+        parsed = recipe_sections(data, sections)
     return RunSpec(
         name=name,
-        recipe=data,
+        recipe=parsed,
         plan=plan,
         architecture=architecture,
         recipe_name=recipe["name"],

@@ -33,7 +33,6 @@ from torch.utils.data import DataLoader
 from asrflow.data.cuts import load_cuts, origin, text
 from asrflow.errors import AsrflowError
 from asrflow.recipe.batching import Batching
-from asrflow.recipe.sections import Recipe
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batches.sorted_batches import SortedBatchSampler
 from asrflow.train.batches.workers import worker_loader
@@ -419,9 +418,10 @@ def train_corpora(spec: RunSpec) -> list[Any]:
     return [s.to_eager() for s in sets]
 
 
-def epoch_train_cuts(spec: RunSpec, recipe: Recipe, sets: Sequence[Any], epoch: int) -> Any:
+def epoch_train_cuts(spec: RunSpec, sets: Sequence[Any], epoch: int) -> Any:
     """Epoch ``epoch``'s train cuts as the run's sampler sees them: the corpora mixed by
     ``weights``, then speed-perturbed."""
+    recipe = spec.recipe
     if len(sets) == 1:
         cuts = sets[0]
     else:
@@ -429,6 +429,6 @@ def epoch_train_cuts(spec: RunSpec, recipe: Recipe, sets: Sequence[Any], epoch: 
     return speed_perturb(cuts, recipe.augmentation.speed_perturb)
 
 
-def load_train_cuts(spec: RunSpec, recipe: Recipe) -> Any:
+def load_train_cuts(spec: RunSpec) -> Any:
     """The first epoch's train cuts (what the batch audit samples)."""
-    return epoch_train_cuts(spec, recipe, train_corpora(spec), 0)
+    return epoch_train_cuts(spec, train_corpora(spec), 0)

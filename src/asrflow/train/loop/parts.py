@@ -49,7 +49,7 @@ from asrflow.train.spec import RunSpec
 
 
 def build_trainer_parts(
-    spec: RunSpec, recipe: Recipe, work: Path, *, world_size: int = 1, rank: int = 0
+    spec: RunSpec, work: Path, *, world_size: int = 1, rank: int = 0
 ) -> dict[str, Any]:
     """Model, module, data loaders, callbacks and loggers for a run (no training yet).
 
@@ -57,6 +57,7 @@ def build_trainer_parts(
     :mod:`asrflow.train.loop.module`), then the checkpoints. The train and dev samplers are sharded
     for ``rank`` of ``world_size`` processes (the Trainer's ``use_distributed_sampler`` is off:
     Lhotse's samplers shard by batch)."""
+    recipe = spec.recipe
     L.seed_everything(recipe.trainer.seed, workers=True)
     if recipe.trainer.allow_tf32 and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -74,7 +75,7 @@ def build_trainer_parts(
     rate = model_sample_rate(args.frontend_conf)
     noise = tuple(recipe.augmentation.noise_snr) or None
     datasets = {"train": AsrDataset(encoder, rate, noise), "dev": AsrDataset(encoder, rate)}
-    loaders = _loaders(spec, recipe, datasets, world_size=world_size, rank=rank)
+    loaders = _loaders(spec, datasets, world_size=world_size, rank=rank)
     dev = loaders["dev_cuts"]
     references = {c.id: normalize(text(c), norm) for c in dev}
     diagnostics = _diagnostics(recipe, work, sorted(references), write_spikes=rank == 0)
@@ -103,24 +104,24 @@ def build_trainer_parts(
 
 
 def _loaders(
-    spec: RunSpec, recipe: Recipe, datasets: Mapping[str, Any], *, world_size: int, rank: int
+    spec: RunSpec, datasets: Mapping[str, Any], *, world_size: int, rank: int
 ) -> dict[str, Any]:
     """Train and dev loaders of this rank (``datasets``: the train and dev
     :class:`~asrflow.train.batches.loader.AsrDataset`); the train sampler can skip the batches a
     resumed run already saw (:class:`~asrflow.train.loop.resume.SkippingSampler`, or the
     :class:`~asrflow.train.batches.shard_stream.ShardLoader` of a sharded run, which is its own
     sampler)."""
-    sets = train_corpora(spec)
+    recipe, sets = spec.recipe, train_corpora(spec)
     if spec.train_shards:
-        train = epoch_train_cuts(spec, recipe, sets, 0)
-        train_loader: Any = _shard_loader(spec, recipe, datasets["train"], train, world_size, rank)
+        train = epoch_train_cuts(spec, sets, 0)
+        train_loader: Any = _shard_loader(spec, datasets["train"], train, world_size, rank)
     else:
         if len(sets) > 1 and spec.train_weights is not None:  # a new weighted mix every epoch
-            epoch_cuts = functools.partial(epoch_train_cuts, spec, recipe, sets)
+            epoch_cuts = functools.partial(epoch_train_cuts, spec, sets)
             sampler = EpochMixSampler(epoch_cuts, recipe.batching, world_size=world_size, rank=rank)
             train = sampler.cuts
         else:
-            train = epoch_train_cuts(spec, recipe, sets, 0)
+            train = epoch_train_cuts(spec, sets, 0)
             sampler = make_sampler(train, recipe.batching, world_size=world_size, rank=rank)
         workers, nice = recipe.batching.num_workers, recipe.batching.worker_nice
         skipping = SkippingSampler(sampler)
@@ -143,13 +144,11 @@ def _loaders(
     }
 
 
-def _shard_loader(
-    spec: RunSpec, recipe: Recipe, dataset: Any, train: Any, world_size: int, rank: int
-) -> Any:
+def _shard_loader(spec: RunSpec, dataset: Any, train: Any, world_size: int, rank: int) -> Any:
     """The train loader of a run whose corpora are sharded
     (:mod:`asrflow.train.batches.shard_stream`);
     ``train``: the first epoch's cuts as metadata, for the bucket edges."""
-    corpora, weights = run_shards(spec)
+    recipe, (corpora, weights) = spec.recipe, run_shards(spec)
     bins = make_sampler(train, recipe.batching, world_size=1, rank=0).duration_bins
     batches = ShardBatches(
         corpora,

@@ -42,13 +42,12 @@ from asrflow.data.cuts import load_cuts, origin, save_cuts, text
 from asrflow.errors import AsrflowError
 from asrflow.io import write_bytes, write_json, write_text
 from asrflow.recipe.batching import Batching
-from asrflow.recipe.load import AUDIT_SECTIONS, recipe_sections
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
 from asrflow.train.batches.loader import load_train_cuts, make_sampler
 from asrflow.train.batches.shard_stream import ShardBatches, run_shards
 from asrflow.train.preflight.unk import UnkCount, unk_warnings
-from asrflow.train.spec import RunSpec, spec_recipe_data
+from asrflow.train.spec import RunSpec
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -361,16 +360,16 @@ def plot_png(batches: Sequence[BatchStats], report: Mapping[str, Any]) -> bytes:
 def audit_run(spec: RunSpec, out_json: Pathlike, out_png: Pathlike, out_txt: Pathlike) -> dict:
     """The batch audit of a run: its recipe's sampler over its train cuts, no model, no audio."""
 
-    recipe = recipe_sections(spec_recipe_data(spec), AUDIT_SECTIONS)
+    recipe = spec.recipe
     with tempfile.TemporaryDirectory(prefix="asrflow-audit-") as tmp:
         cuts_path = spec.train_cuts[0]
         if spec.train_shards and len(spec.train_cuts) > 1:  # every cut a shard mix can draw
             cuts_path = Path(tmp) / "train.jsonl.gz"
             unmixed = dataclasses.replace(spec, train_weights=None)
-            save_cuts(load_train_cuts(unmixed, recipe), cuts_path)
+            save_cuts(load_train_cuts(unmixed), cuts_path)
         elif len(spec.train_cuts) > 1 or recipe.augmentation.speed_perturb:
             cuts_path = Path(tmp) / "train.jsonl.gz"
-            save_cuts(load_train_cuts(spec, recipe), cuts_path)
+            save_cuts(load_train_cuts(spec), cuts_path)
         return audit_batches(
             cuts_path,
             spec.bpe_model,

@@ -25,7 +25,7 @@ from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
 from asrflow.train.preflight.unk import check_unk, count_unk, target_characters
 from asrflow.train.run.runner import train_run
-from asrflow.train.spec import RunSpec, spec_recipe
+from asrflow.train.spec import RunSpec
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def check_targets(spec: RunSpec) -> dict[str, Any]:
     """``<unk>`` among all of a run's train and dev targets (:mod:`asrflow.train.preflight.unk`),
     before the smoke run trains: raises above the recipe's ``diagnostics.max_unk_share``, logs a
     warning below it. Returns the summary's ``unk_tokens`` (per split) and ``warnings``."""
-    limit = spec_recipe(spec).diagnostics.max_unk_share
+    limit = spec.recipe.diagnostics.max_unk_share
     normalization = TextNormalization.from_dict(spec.normalization)
     encoder = TokenEncoder(spec.bpe_model, spec.tokens, normalization)
     train = [text(cut) for path in spec.train_cuts for cut in load_cuts(path)]

@@ -58,7 +58,7 @@ from asrflow.train.loop.resume import resume_checkpoint
 from asrflow.train.loop.trainer import trainer_kwargs
 from asrflow.train.run.outcome import record_completion, record_failure, record_preemption
 from asrflow.train.run.workdir import claim_work_dir, run_identity
-from asrflow.train.spec import RunSpec, spec_recipe
+from asrflow.train.spec import RunSpec
 from asrflow.types import Pathlike
 
 log = logging.getLogger(__name__)
@@ -163,9 +163,8 @@ def _first_summary(spec: RunSpec, recipe: Recipe) -> dict[str, Any]:
         "run": spec.name,
         "status": "running",
         "failure": None,
-        "recipe": spec.recipe_name or str(spec.recipe),
+        "recipe": spec.recipe_name,
         "recipe_settings": recipe.identity(sharded=bool(spec.train_shards)),
-        "overrides": dict(spec.overrides),
         "update_budget": update_budget(recipe),
         # recipe: auto: every derived value with its reason (asrflow.recipe.plan)
         "plan": _plan_record(spec.plan),
@@ -207,7 +206,7 @@ def train_run(
     work, out = Path(work_dir), Path(out_dir)
     paths = (work, out, summary_path)
     work.mkdir(parents=True, exist_ok=True)
-    recipe = spec_recipe(spec)
+    recipe = spec.recipe
     summary = _first_summary(spec, recipe)
     # the same rank the job's Step used: a rank Lightning starts runs this function again
     rank = launched_rank()
@@ -225,7 +224,7 @@ def train_run(
     try:
         kwargs, cluster = _launch(spec.name, recipe, trainer_overrides, threads, summary)
         rank = cluster.global_rank
-        parts = build_trainer_parts(spec, recipe, work, world_size=cluster.world_size, rank=rank)
+        parts = build_trainer_parts(spec, work, world_size=cluster.world_size, rank=rank)
         if parts["init"] is not None:
             summary["init"] = parts["init"]
             summary["hashes"]["start_weights"] = parts["init"]["weights_sha256"]
