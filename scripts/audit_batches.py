@@ -1,6 +1,5 @@
 """Snakemake adapter of rule audit_batches -> asrflow.train.preflight.audit.audit_run."""
 
-from asrflow.recipe.load import AUDIT_SECTIONS
 from asrflow.train.preflight.audit import audit_run
 from asrflow.train.spec import spec_from_inputs
 from asrflow.workflow import step
@@ -12,6 +11,5 @@ with step(snakemake):
         normalization=snakemake.params.normalization,
         recipe=snakemake.params.recipe,
         weights=snakemake.params.weights,
-        sections=AUDIT_SECTIONS,  # the params hold only these (rules/common.smk)
     )
     audit_run(spec, snakemake.output.report, snakemake.output.figure, snakemake.output.text)

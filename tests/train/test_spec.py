@@ -36,13 +36,11 @@ def test_a_setting_that_fails_the_checks_in_the_job_names_the_recipe_and_run() -
         spec_from_inputs("r", INPUTS, normalization={}, recipe=given)
 
 
-def test_the_batch_audit_parses_only_the_sections_it_is_given() -> None:
+def test_the_batch_audits_params_parse_to_its_sections_alone() -> None:
     full = params({**TINY_CTC_MODEL, "batching": {"max_duration": 5.0}})
     audit = {
         key: {k: v for k, v in full[key].items() if k in AUDIT_SECTIONS}
         for key in ("settings", "operational")
     }
-    spec = spec_from_inputs(
-        "r", INPUTS, normalization={}, recipe={**audit, "name": "mine"}, sections=AUDIT_SECTIONS
-    )
+    spec = spec_from_inputs("r", INPUTS, normalization={}, recipe={**audit, "name": "mine"})
     assert spec.recipe.batching.max_duration == 5.0 and spec.recipe.model == {}

@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from asrflow.recipe.checks import recipe_from_dict
+from asrflow.recipe.checks import check_recipe, recipe_from_dict
 from asrflow.recipe.inherit import (
     inherit_architecture,
     takes_package_architecture,
 )
-from asrflow.recipe.load import load_recipe, recipe_sections
 from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import apply_plan, read_plan
 from asrflow.recipe.sections import Recipe
@@ -86,7 +85,6 @@ def spec_from_inputs(
     normalization: Mapping[str, Any],
     recipe: Mapping[str, Any],
     weights: Sequence[float] | None = None,
-    sections: Sequence[str] | None = None,
     **extra: Any,
 ) -> RunSpec:
     """A :class:`RunSpec` from a rule's named inputs (``train_0..n``, ``shards_0..n`` for sharded
@@ -94,9 +92,10 @@ def spec_from_inputs(
     (:func:`asrflow.runs.recipe_params`); with ``plan`` (``recipe: auto``) the plan's values
     merged over the recipe's, and with an ``init`` that takes the package's architecture the
     package's model keys in place of the recipe's; neither under the keys the overrides set
-    (``recipe["explicit"]``). The recipe is parsed and checked here, once for the job;
-    ``sections``: the params hold only these sections (the batch audit's), parsed unchecked
-    (the DAG checked the whole recipe)."""
+    (``recipe["explicit"]``). The recipe is parsed and checked here, once for the job. Params
+    without ESPnet's model keys are the batch audit's few sections
+    (:data:`~asrflow.recipe.load.AUDIT_SECTIONS`): parsed, not checked as a whole recipe (the
+    DAG checked the whole one)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     shards = {int(k.split("_")[1]): str(v) for k, v in inputs.items() if k.startswith("shards_")}
     data = deep_merge(recipe["settings"], recipe["operational"])
@@ -110,10 +109,9 @@ def spec_from_inputs(
     if inherits:
         data, architecture = inherit_architecture(data, init["model"], explicit)
     source = _source({"name": name, "recipe_name": recipe["name"]})
-    if sections is None:
-        parsed = load_recipe(data, source=source)
-    else:
-        parsed = recipe_sections(data, sections)
+    parsed = recipe_from_dict(data, source=source)
+    if parsed.model:
+        check_recipe(parsed, source=source)
     return RunSpec(
         name=name,
         recipe=parsed,
