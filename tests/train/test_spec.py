@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from asrflow.errors import AsrflowError
@@ -36,7 +38,8 @@ def test_a_setting_that_fails_the_checks_in_the_job_names_the_recipe_and_run() -
         spec_from_inputs("r", INPUTS, normalization={}, recipe=given)
 
 
-def test_the_batch_audits_params_parse_to_its_sections_alone() -> None:
+def test_the_batch_audits_params_parse_to_its_sections_alone(tmp_path) -> None:
+    """Also under ``recipe: auto``, whose plan sets model keys the audit's params do not hold."""
     full = params({**TINY_CTC_MODEL, "batching": {"max_duration": 5.0}})
     audit = {
         key: {k: v for k, v in full[key].items() if k in AUDIT_SECTIONS}
@@ -44,3 +47,9 @@ def test_the_batch_audits_params_parse_to_its_sections_alone() -> None:
     }
     spec = spec_from_inputs("r", INPUTS, normalization={}, recipe={**audit, "name": "mine"})
     assert spec.recipe.batching.max_duration == 5.0 and spec.recipe.model == {}
+    plan = tmp_path / "plan.json"
+    choices = [{"key": "batching.max_duration", "value": 9.0}, {"key": "specaug", "value": None}]
+    plan.write_text(json.dumps({"choices": choices}), encoding="utf-8")
+    inputs = {**INPUTS, "plan": str(plan)}
+    spec = spec_from_inputs("r", inputs, normalization={}, recipe={**audit, "name": "auto"})
+    assert spec.recipe.batching.max_duration == 9.0 and spec.recipe.model == {}

@@ -18,7 +18,7 @@ from asrflow.recipe.inherit import (
 )
 from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import apply_plan, read_plan
-from asrflow.recipe.sections import Recipe
+from asrflow.recipe.sections import SECTION_TYPES, Recipe
 from asrflow.types import Pathlike
 
 
@@ -93,9 +93,9 @@ def spec_from_inputs(
     merged over the recipe's, and with an ``init`` that takes the package's architecture the
     package's model keys in place of the recipe's; neither under the keys the overrides set
     (``recipe["explicit"]``). The recipe is parsed and checked here, once for the job. Params
-    without ESPnet's model keys are the batch audit's few sections
-    (:data:`~asrflow.recipe.load.AUDIT_SECTIONS`): parsed, not checked as a whole recipe (the
-    DAG checked the whole one)."""
+    that hold only some of asrflow's sections are the batch audit's
+    (:data:`~asrflow.recipe.load.AUDIT_SECTIONS`): only those are parsed, and not checked as a
+    whole recipe (the DAG checked the whole one)."""
     train = [str(inputs[k]) for k in sorted(k for k in inputs if k.startswith("train_"))]
     shards = {int(k.split("_")[1]): str(v) for k, v in inputs.items() if k.startswith("shards_")}
     data = deep_merge(recipe["settings"], recipe["operational"])
@@ -109,9 +109,12 @@ def spec_from_inputs(
     if inherits:
         data, architecture = inherit_architecture(data, init["model"], explicit)
     source = _source({"name": name, "recipe_name": recipe["name"]})
-    parsed = recipe_from_dict(data, source=source)
-    if parsed.model:
+    given = {*recipe["settings"], *recipe["operational"]}
+    if given >= set(SECTION_TYPES):  # a whole recipe (its canonical form names every section)
+        parsed = recipe_from_dict(data, source=source)
         check_recipe(parsed, source=source)
+    else:  # the batch audit's sections: the plan's other keys are not its to check
+        parsed = recipe_from_dict({k: v for k, v in data.items() if k in given}, source=source)
     return RunSpec(
         name=name,
         recipe=parsed,
