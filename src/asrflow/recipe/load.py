@@ -26,7 +26,7 @@ checking in :mod:`asrflow.recipe.checks`, the helpers on nested recipe data in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import yaml
@@ -97,10 +97,12 @@ AUDIT_SECTIONS = ("batching", "loss", "augmentation")
 the speed-perturbed copies it samples): the only sections that rerun it."""
 
 
-def recipe_sections(data: Mapping[str, Any], sections: Sequence[str]) -> Recipe:
+def recipe_sections(
+    data: Mapping[str, Any], sections: Collection[str], *, source: str = "recipe"
+) -> Recipe:
     """A :class:`Recipe` of only ``sections`` of ``data`` (the others at their defaults, no
     model; not checked: for a step that reads a few sections of a recipe checked elsewhere)."""
-    return recipe_from_dict({k: v for k, v in data.items() if k in sections}, source="recipe")
+    return recipe_from_dict({k: v for k, v in data.items() if k in sections}, source=source)
 
 
 def effective_batch_seconds(recipe: Recipe) -> Seconds:

@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from asrflow.recipe.checks import check_recipe, recipe_from_dict
+from asrflow.recipe.checks import recipe_from_dict
 from asrflow.recipe.inherit import (
     inherit_architecture,
     takes_package_architecture,
 )
+from asrflow.recipe.load import load_recipe, recipe_sections
 from asrflow.recipe.mappings import deep_merge
 from asrflow.recipe.plan import apply_plan, read_plan
 from asrflow.recipe.sections import SECTION_TYPES, Recipe
@@ -69,13 +70,15 @@ def spec_to_json(spec: RunSpec) -> str:
 def spec_from_json(text: str) -> RunSpec:
     """The :class:`RunSpec` :func:`spec_to_json` wrote (its recipe checked when it was made)."""
     data = json.loads(text)
-    data["recipe"] = recipe_from_dict(data["recipe"], source=_source(data))
+    data["recipe"] = recipe_from_dict(
+        data["recipe"], source=_source(data["name"], data.get("recipe_name"))
+    )
     return RunSpec(**data)
 
 
-def _source(spec: Mapping[str, Any]) -> str:
+def _source(name: str, recipe_name: str | None) -> str:
     """How errors name a run's recipe: ``<recipe> (run <run>)``."""
-    return f"{spec.get('recipe_name') or 'recipe'} (run {spec['name']})"
+    return f"{recipe_name or 'recipe'} (run {name})"
 
 
 def spec_from_inputs(
@@ -108,13 +111,12 @@ def spec_from_inputs(
     architecture = None
     if inherits:
         data, architecture = inherit_architecture(data, init["model"], explicit)
-    source = _source({"name": name, "recipe_name": recipe["name"]})
+    source = _source(name, recipe["name"])
     given = {*recipe["settings"], *recipe["operational"]}
     if given >= set(SECTION_TYPES):  # a whole recipe (its canonical form names every section)
-        parsed = recipe_from_dict(data, source=source)
-        check_recipe(parsed, source=source)
+        parsed = load_recipe(data, source=source)
     else:  # the batch audit's sections: the plan's other keys are not its to check
-        parsed = recipe_from_dict({k: v for k, v in data.items() if k in given}, source=source)
+        parsed = recipe_sections(data, given, source=source)
     return RunSpec(
         name=name,
         recipe=parsed,
