@@ -15,6 +15,7 @@ from lhotse import CutSet
 
 from asrflow.data.cuts import save_cuts
 from asrflow.errors import AsrflowError
+from asrflow.recipe.batching import Batching
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig, train_tokenizer
 from asrflow.tokens import TokenEncoder
@@ -29,7 +30,7 @@ from tests.cuts import audio_less_cut
 
 NORM = TextNormalization()
 # Equal durations, no shuffle: the sampler yields consecutive groups of 4 cuts (max 4 s).
-BATCHING = {"max_duration": 4.0, "num_buckets": 2, "shuffle": False, "seed": 0}
+BATCHING = Batching(max_duration=4.0, num_buckets=2, shuffle=False, seed=0)
 
 
 def make_cuts(texts: list[str], durations: list[float] | None = None) -> CutSet:
@@ -141,7 +142,7 @@ def test_the_audit_counts_the_unk_train_targets_and_warns(tmp_path: Path, caplog
 
 def test_padding_ratio_with_mixed_durations(tmp_path: Path):
     env = setup(tmp_path, ["ab"] * 2, [1.0, 3.0])
-    report = run(env, "token", batching={"max_duration": 10.0, "num_buckets": 2, "shuffle": False})
+    report = run(env, "token", batching=Batching(max_duration=10.0, num_buckets=2, shuffle=False))
     assert report["num_batches"] == 1
     assert report["padding_ratio"]["mean"] == pytest.approx(1 - 4.0 / 6.0)
     assert report["padding_share"] == pytest.approx(1 - 4.0 / 6.0)
@@ -151,7 +152,7 @@ def test_padding_share_weighs_batches_by_their_padded_audio(tmp_path: Path):
     # two batches: 1 s + 3 s (padded to 6 s) and 4 s + 4 s (no padding): the mean of the
     # batches' ratios is (2/3 + 0) / 2, the share of all padded audio 2 / 14
     env = setup(tmp_path, ["ab"] * 4, [1.0, 3.0, 4.0, 4.0])
-    batching = {"max_duration": 8.0, "num_buckets": 2, "shuffle": False}
+    batching = Batching(max_duration=8.0, num_buckets=2, shuffle=False)
     report = run(env, "token", batching=batching)
     assert report["num_batches"] == 2
     assert report["padding_ratio"]["mean"] == pytest.approx((1 - 4.0 / 6.0) / 2)
@@ -226,7 +227,7 @@ def test_empty_token_cut_fails_naming_the_line(tmp_path: Path):
     bad = make_cuts(["ab", "?!"])
     save_cuts(bad, env.cuts_path)
     with pytest.raises(AsrflowError, match=r"train.jsonl:2: cut u001"):
-        run(env, "token", batching={"max_duration": 4.0, "num_buckets": 2})
+        run(env, "token", batching=Batching(max_duration=4.0, num_buckets=2))
 
 
 def test_mismatched_token_list_fails_fast(tmp_path: Path):
@@ -239,7 +240,6 @@ def test_mismatched_token_list_fails_fast(tmp_path: Path):
 
 def test_sampled_batches_are_the_audits_batches(tmp_path: Path):
     # the batches padding_sweep.py reads are those the audit reports: 1 + 3 s and 4 + 4 s
-    from asrflow.recipe.batching import Batching
     from asrflow.train.preflight.audit import sampled_batches
 
     cuts = make_cuts(["ab"] * 4, [1.0, 3.0, 4.0, 4.0])

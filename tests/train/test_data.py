@@ -224,7 +224,7 @@ def test_empty_transcript_names_the_manifest_line(corpus):
 
 def test_sampler_covers_every_cut_within_max_duration():
     cuts = fake_cuts(300)
-    sampler = make_sampler(cuts, {"max_duration": 12.0, "num_buckets": 4, "seed": 3})
+    sampler = make_sampler(cuts, Batching(max_duration=12.0, num_buckets=4, seed=3))
     batches = list(sampler)
     assert sorted(c.id for b in batches for c in b) == sorted(cuts.ids)
     assert all(sum(c.duration for c in b) <= 12.0 + 1e-9 for b in batches)
@@ -255,29 +255,25 @@ def test_sampler_resumes_from_state_dict(k: int):
     assert ids_of(restored) == epoch1
 
 
-def test_batching_settings_from_mapping_or_object():
-    b = Batching.coerce({"max_duration": 30, "num_buckets": 3, "num_workers": 4, "lr": 1.0})
-    assert b == Batching(max_duration=30, num_buckets=3, num_workers=4)  # lr: not batching's
+def test_batching_settings_are_checked_and_split_between_sampler_and_loader():
+    b = Batching(max_duration=30, num_buckets=3, num_workers=4)
     assert "num_workers" not in b.sampler_kwargs()  # the DataLoader's, not the sampler's
-    obj = SimpleNamespace(max_duration=5.0, num_buckets=2, shuffle=False, seed=1)
-    assert Batching.coerce(obj) == Batching(max_duration=5.0, num_buckets=2, shuffle=False, seed=1)
-    assert Batching.coerce({"num_buckets": 3}) == Batching(num_buckets=3)  # the recipe defaults
+    assert b.sampler_kwargs()["max_duration"] == 30
     with pytest.raises(AsrflowError, match="max_duration must be a positive"):
-        Batching.coerce({"max_duration": 0})
+        Batching(max_duration=0)
     with pytest.raises(AsrflowError, match="num_buckets must be an integer >= 2"):
-        Batching.coerce({"max_duration": 10, "num_buckets": 1})
+        Batching(max_duration=10, num_buckets=1)
 
 
 def test_too_many_buckets_is_a_user_error():
     with pytest.raises(AsrflowError, match=r"lower batching\.num_buckets"):
-        make_sampler(fake_cuts(3), {"max_duration": 10, "num_buckets": 5})
+        make_sampler(fake_cuts(3), Batching(max_duration=10, num_buckets=5))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_dataloader_yields_every_cut_once(corpus, workers: int):
-    dl = make_dataloader(
-        corpus.cuts, corpus.encoder, {"max_duration": 3.0, "num_buckets": 2}, num_workers=workers
-    )
+    batching = Batching(max_duration=3.0, num_buckets=2)
+    dl = make_dataloader(corpus.cuts, corpus.encoder, batching, num_workers=workers)
     assert dl.persistent_workers is (workers > 0)
     seen = []
     for batch in dl:
@@ -297,13 +293,14 @@ import sys
 from lhotse import load_manifest
 from asrflow.text import TextNormalization
 from asrflow.tokens import TokenEncoder
+from asrflow.recipe.batching import Batching
 from asrflow.train.batches.loader import make_dataloader
 root = sys.argv[1]
 with open(root + "/runs.txt", "a") as f:
     f.write("top-level code ran\\n")
 encoder = TokenEncoder(root + "/bpe.model", root + "/tokens.txt", TextNormalization())
 loader = make_dataloader(load_manifest(root + "/train.jsonl.gz"), encoder,
-                         {"max_duration": 3.0, "num_buckets": 2}, num_workers=2)
+                         Batching(max_duration=3.0, num_buckets=2), num_workers=2)
 print(sum(len(batch["ids"]) for batch in loader))
 """
 
@@ -372,7 +369,7 @@ def test_epoch_mix_sampler_batches_each_epochs_mix_once_across_ranks(world_size:
     def epoch_cuts(epoch):
         return mix_epoch(sets, [1, 1], epoch, seed=0)
 
-    settings = {"max_duration": 15.0, "num_buckets": 3, "seed": 2}
+    settings = Batching(max_duration=15.0, num_buckets=3, seed=2)
     samplers = [
         EpochMixSampler(epoch_cuts, settings, world_size=world_size, rank=r)
         for r in range(world_size)
@@ -452,7 +449,7 @@ def test_non_finite_audio_names_the_cut_and_its_file(corpus, workers: int):
         ],
     )
     cuts = CutSet.from_cuts(import_nemo(manifest))
-    batching = {"max_duration": 10.0, "num_buckets": 2}
+    batching = Batching(max_duration=10.0, num_buckets=2)
     loader = make_dataloader(cuts, corpus.encoder, batching, num_workers=workers)
     with pytest.raises(NonFiniteAudio) as err:
         list(loader)

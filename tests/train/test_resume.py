@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from asrflow.recipe.batching import Batching
 from asrflow.train.batches.loader import make_sampler
 from asrflow.train.loop.resume import SkippingSampler
 from tests.train.test_data import fake_cuts, ids_of
 
-SETTINGS = {"max_duration": 10.0, "num_buckets": 3, "seed": 7}
+SETTINGS = Batching(max_duration=10.0, num_buckets=3, seed=7)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])

@@ -8,7 +8,6 @@ the DAG is built; :func:`asrflow.train.batches.loader.make_sampler` and the batc
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -82,22 +81,6 @@ class Batching:
             if not _integer(value) or value < 0:
                 raise AsrflowError(f"batching.{key} must be a non-negative integer, got {value!r}")
         check_worker_nice(self.worker_nice)
-
-    @classmethod
-    def coerce(cls, batching: Batching | Mapping[str, Any] | Any) -> Batching:
-        """Settings from a ``Batching``, a config mapping or any object with these attributes;
-        what none of them gives takes its default.
-
-        Keys of a mapping that are not batching settings are ignored.
-        """
-        if isinstance(batching, cls):
-            return batching
-        names = [f.name for f in fields(cls)]
-        if isinstance(batching, Mapping):
-            values = {n: batching[n] for n in names if n in batching}
-        else:
-            values = {n: getattr(batching, n) for n in names if hasattr(batching, n)}
-        return cls(**values)
 
     def sampler_kwargs(self) -> dict[str, Any]:
         """The ``DynamicBucketingSampler`` arguments: every setting but the workers' and the

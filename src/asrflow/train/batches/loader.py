@@ -11,7 +11,8 @@ and workers only load audio. Workers start from a fork server
 Example::
 
     enc = TokenEncoder("bpe.model", "tokens.txt", norm)
-    dl = make_dataloader(load_cuts("train.jsonl.gz"), enc, {"max_duration": 200}, num_workers=4)
+    batching = Batching(max_duration=200)
+    dl = make_dataloader(load_cuts("train.jsonl.gz"), enc, batching, num_workers=4)
     for batch in dl:
         batch["speech"], batch["speech_lengths"], batch["text"], batch["text_lengths"]
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -213,7 +214,7 @@ def encode_cut(encoder: TokenEncoder, cut: Any) -> list[int]:
 
 def make_sampler(
     cuts: CutSet,
-    batching: Batching | Mapping[str, Any] | Any,
+    batching: Batching,
     world_size: int | None = None,
     rank: int | None = None,
 ) -> DynamicBucketingSampler | SortedBatchSampler:
@@ -224,21 +225,20 @@ def make_sampler(
     ``sampler.set_epoch(e)`` before each epoch for a new shuffle (Lightning does it for the
     DataLoader's sampler); ``state_dict()``/``load_state_dict()`` resume mid-epoch.
     """
-    b = Batching.coerce(batching)
-    if b.sampler == "sorted":
-        return SortedBatchSampler(cuts, b, world_size=world_size, rank=rank)
+    if batching.sampler == "sorted":
+        return SortedBatchSampler(cuts, batching, world_size=world_size, rank=rank)
     with warnings.catch_warnings():
         # asrflow's manifests are small enough to hold in memory; the warning is noise here.
         warnings.filterwarnings("ignore", message=EAGER_WARNING)
         try:
             return DynamicBucketingSampler(
-                cuts, **b.sampler_kwargs(), world_size=world_size, rank=rank
+                cuts, **batching.sampler_kwargs(), world_size=world_size, rank=rank
             )
         except AssertionError as exc:
             if "number of buckets" in str(exc):
                 raise AsrflowError(
-                    f"batching.num_buckets = {b.num_buckets} is more than the number of train "
-                    f"cuts; lower batching.num_buckets ({exc})"
+                    f"batching.num_buckets = {batching.num_buckets} is more than the number of "
+                    f"train cuts; lower batching.num_buckets ({exc})"
                 ) from exc
             raise
 
@@ -246,7 +246,7 @@ def make_sampler(
 def make_dataloader(
     cuts: CutSet,
     encoder: TokenEncoder,
-    batching: Batching | Mapping[str, Any] | Any,
+    batching: Batching,
     sample_rate: Hz = 16000,
     num_workers: int = 0,
     *,
@@ -368,7 +368,7 @@ class EpochMixSampler:
     def __init__(
         self,
         epoch_cuts: Any,
-        batching: Batching | Mapping[str, Any] | Any,
+        batching: Batching,
         world_size: int | None = None,
         rank: int | None = None,
     ) -> None:

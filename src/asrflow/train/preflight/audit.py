@@ -220,7 +220,7 @@ def audit_batches(
     bpe_model: Pathlike,
     tokens_txt: Pathlike,
     normalization: TextNormalization,
-    batching: Batching | Mapping[str, Any] | Any,
+    batching: Batching,
     loss_normalization: str,
     out_json: Pathlike,
     out_png: Pathlike,
@@ -242,7 +242,6 @@ def audit_batches(
     """
     if not isinstance(epochs, int) or epochs < 1:
         raise AsrflowError(f"batch audit: epochs must be a positive integer, got {epochs!r}")
-    settings = Batching.coerce(batching)
     encoder = TokenEncoder(bpe_model, tokens_txt, normalization)
     cuts = load_cuts(cuts_path)
     unk = UnkCount("train")
@@ -250,16 +249,16 @@ def audit_batches(
     if not tokens:
         raise AsrflowError(f"{cuts_path}: no train cuts to audit")
 
-    batches, per_epoch, bins = sampled_batches(cuts, settings, tokens, epochs, shard_batches)
+    batches, per_epoch, bins = sampled_batches(cuts, batching, tokens, epochs, shard_batches)
     report = summarize(batches, loss_normalization, epochs=epochs)
     # the smoke run stops above diagnostics.max_unk_share (train.preflight.unk); here, a warning
     report["unk_tokens"] = unk.to_dict()
     report["warnings"] += unk_warnings(unk, bpe_model)
     report["num_cuts"] = len(cuts)
     report["batches_per_epoch"] = per_epoch
-    report["batching"] = settings.sampler_kwargs()
-    if settings.sampler != Batching.sampler:  # the default's reports stay as they were
-        report["batching"]["sampler"] = settings.sampler
+    report["batching"] = batching.sampler_kwargs()
+    if batching.sampler != Batching.sampler:  # the default's reports stay as they were
+        report["batching"]["sampler"] = batching.sampler
     report["source"] = "files" if shard_batches is None else "shards"
     # Lhotse may estimate fewer bins than asked for on small or uniform data.
     report["duration_bins"] = [round(b, 3) for b in bins]
