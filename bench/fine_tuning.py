@@ -91,8 +91,8 @@ SWEPT = ("full", "lora")
 
 def ways(shares: list[int]) -> dict[str, dict[str, Any] | None]:
     """:data:`WAYS`, and for each ``N`` of ``shares`` a copy of each of :data:`SWEPT` named
-    ``<way>_1of<N>`` that trains at 1/N of the base's peak LR (the plan's own share is 1/30,
-    :data:`asrflow.recipe.rules.FINE_TUNING`)."""
+    ``<way>_1of<N>`` that trains at 1/N of the base's peak LR (the plan's own share is 1/3,
+    :data:`asrflow.recipe.rules.NEW_VOCABULARY_SHARE`)."""
     out = dict(WAYS)
     for n in shares:
         out.update({f"{way}_1of{n}": WAYS[way] for way in SWEPT})
@@ -325,7 +325,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         metavar="N,...",
         help="also train full and lora at 1/N of the base's peak LR for each N, e.g. 10,3,1 "
-        "(the plan's fine-tuning LR is 1/30)",
+        "(the plan's fine-tuning LR is 1/3)",
     )
     add_pause_fill(p)
     p.add_argument("--table", type=Path, help="print the table of a fine_tuning.json, run nothing")

@@ -78,6 +78,7 @@ OWN_RENDERER = {
     "fine_tuning_seeds.json": "fine_tuning",
     "weekly_loop.json": "weekly_loop",
     "weekly_loop_seeds.json": "weekly_loop",
+    "weekly_loop_george.json": "weekly_loop",
 }
 
 Renderer = Callable[[dict[str, Any]], str]

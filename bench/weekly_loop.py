@@ -13,7 +13,7 @@ Runs, every one ``recipe: auto`` (the plan derives model, budget and LR from its
 - ``base``: week 1 from scratch: last week's model;
 - ``child``: ``init: {run: base}`` on ``[week2, week1]`` (this week's audio and a rehearsal of
   last week's), the base's own tokenizer (the vocabulary is kept), the plan's fine-tuning LR
-  (:func:`asrflow.recipe.rules.fine_tuning`: 1/30 of the base's peak below 20 h);
+  (:func:`asrflow.recipe.rules.fine_tuning`: 1/3 of the base's peak; 1/30 until rules version 4);
 - ``child_1of<N>``: the same at 1/N of the base's peak (``--lr-shares``);
 - ``new_only``: the child without the rehearsal (``[week2]`` only): what forgetting costs;
 - ``scratch``: from a fresh initialisation on ``[week1, week2]``: what the loop replaces.
@@ -240,8 +240,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         type=_ints,
         default=[],
         metavar="N,...",
-        help="also train the child at 1/N of the base's peak LR for each N, e.g. 10,3 "
-        "(the plan's is 1/30)",
+        help="also train the child at 1/N of the base's peak LR for each N, e.g. 30,10 "
+        "(the plan's is 1/3)",
     )
     p.add_argument("--ways", type=_list, metavar="WAY,...", help="only these of this week's runs")
     p.add_argument("--seeds", type=_ints, metavar="N,...", help="seed replicas of this week's runs")

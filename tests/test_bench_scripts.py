@@ -461,7 +461,7 @@ def test_weekly_loop_builds_two_weeks_and_fine_tunes_last_weeks_model_on_both(
     assert runs["base"]["corpora"] == ["week1"] and "init" not in runs["base"]
     assert runs["child"]["corpora"] == ["week2", "week1"]  # this week's and a rehearsal
     assert runs["new_only"]["corpora"] == ["week2"]
-    # the children keep the base's tokenizer (its vocabulary: the plan's 1/30 of its LR)
+    # the children keep the base's tokenizer (its vocabulary)
     assert runs["child"]["tokenizer"] == runs["new_only"]["tokenizer"] == "init"
     assert runs["child"]["init"]["run"] == "base" and not runs["child"].get("overrides")
     assert "init" not in runs["scratch"] and runs["scratch"]["corpora"] == ["week1", "week2"]

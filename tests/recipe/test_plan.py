@@ -81,9 +81,9 @@ def test_a_fine_tuning_plan_says_what_it_starts_from_and_takes_the_parents_lr(tm
     lineage = {"parent": "base", "generation": 0, "parent_lr": parent_peak_lr(summary)}
     plan = make_plan("child", corpus(hours=0.3), lineage=lineage)
     assert plan["lineage"] == lineage
-    assert plan["values"]["optim"]["lr"] == pytest.approx(0.005 / 30, rel=3e-3)
+    assert plan["values"]["optim"]["lr"] == pytest.approx(0.005 / 3, rel=3e-3)
     text = "\n".join(plan_lines(plan))
     assert "fine-tunes base (peak LR 0.005; trained from scratch)" in text
-    assert "1/30 of base's peak 0.005" in text
+    assert "1/3 of base's peak 0.005" in text
     assert parent_peak_lr(None) is None
     assert "lineage" not in make_plan("r", corpus())  # a run from scratch: as before
