@@ -166,6 +166,30 @@ def test_start_weights_code_and_packages():
     assert what_changed(ia, ib).get("start_weights").details == ("exclude [] -> ['ctc.*']",)
 
 
+def test_siblings_from_one_parent_differ_by_what_they_train():
+    """A full fine-tune, its frozen-encoder sibling and its LoRA sibling start from the same
+    weights: what they train is the difference the report names."""
+    full = summary()
+    full["init"] = {"include": ["*"], "exclude": [], "freeze": [], "adapter": None}
+    frozen, lora = copy.deepcopy(full), copy.deepcopy(full)
+    frozen["init"]["freeze"] = ["frontend", "normalize", "encoder"]
+    lora["init"]["adapter"] = {"type": "lora", "rank": 2, "alpha": 4, "targets": ["linear_q"]}
+    changes = what_changed(full, frozen)
+    assert changes.categories == ("start_weights",) and not changes.confounded
+    assert changes.get("start_weights").details == (
+        "freeze [] -> ['frontend', 'normalize', 'encoder']",
+    )
+    assert what_changed(full, lora).get("start_weights").details == (
+        "adapter none -> lora r2 a4 on linear_q",
+    )
+    both = what_changed(frozen, lora).get("start_weights").details
+    assert both == (
+        "freeze ['frontend', 'normalize', 'encoder'] -> []",
+        "adapter none -> lora r2 a4 on linear_q",
+    )
+    assert what_changed(full, copy.deepcopy(full)).categories == ()
+
+
 def test_effective_batch_and_budget_are_consequences_of_a_recipe_change():
     a = summary()
     b = with_recipe(a, "trainer", "accumulate_grad_batches", 2)

@@ -13,7 +13,9 @@ the categories of :data:`CATEGORIES`:
   run's overrides and hardware merged in, operational keys such as loader workers left out, as
   :meth:`asrflow.recipe.sections.Recipe.identity` has them), as dotted keys with old -> new values;
 - ``start_weights``: the hash of the weights a fine-tuning run started from (none: from
-  scratch) and which of their keys it took (``init.include``/``exclude``);
+  scratch), which of their keys it took (``init.include``/``exclude``) and which of them it
+  trained (``init.freeze``, ``init.adapter``): what tells a full fine-tune from its frozen or
+  LoRA sibling;
 - ``effective_batch``: audio per optimizer step; ``update_budget``: optimizer steps, warm-up,
   audio seen and peak LR, compared on the keys both summaries have;
 - ``code``: asrflow modules both train steps ran (``code.modules`` of the records) whose source
@@ -277,10 +279,21 @@ def _start_weights(a: Mapping, b: Mapping, ra: Record, rb: Record) -> list[str]:
     if _both(ha, hb, "start_weights") and ha["start_weights"] != hb["start_weights"]:
         out.append(f"{_short(ha['start_weights'])} -> {_short(hb['start_weights'])}")
     ia, ib = a.get("init") or {}, b.get("init") or {}
-    for key in ("include", "exclude"):
+    for key in ("include", "exclude", "freeze"):
         if _both(ia, ib, key) and ia[key] != ib[key]:
             out.append(f"{key} {ia[key]} -> {ib[key]}")
+    if _both(ia, ib, "adapter") and ia["adapter"] != ib["adapter"]:
+        out.append(f"adapter {_adapter(ia['adapter'])} -> {_adapter(ib['adapter'])}")
     return out
+
+
+def _adapter(adapter: Mapping[str, Any] | None) -> str:
+    """``lora r2 a4 on linear_q, linear_v``; ``none`` without one."""
+    if not adapter:
+        return "none"
+    targets = ", ".join(adapter.get("targets") or ())
+    text = f"{adapter.get('type', 'lora')} r{adapter.get('rank')} a{adapter.get('alpha')}"
+    return f"{text} on {targets}" if targets else text
 
 
 def _effective_batch(a: Mapping, b: Mapping, ra: Record, rb: Record) -> list[str]:
