@@ -62,6 +62,7 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
     cfg["runs"]["child"] = {**parent, **week, "init": {"run": "tiny_ctc"}, "overrides": budget}
     lora = {"run": "tiny_ctc", "adapter": {"rank": 2, "alpha": 4}}
     cfg["runs"]["lora"] = {**parent, **week, "init": lora, "overrides": budget}
+    cfg["report"] = {"baseline_run": "child"}  # siblings compared: what sets lora apart
     config.write_text(yaml.safe_dump(cfg))
     summary_file = "results/runs/child/train/summary.json"
     jobs = dry_run(workdir, summary_file)
@@ -133,6 +134,9 @@ def test_the_weekly_loop_fine_tunes_last_weeks_model_on_new_data_full_and_with_l
         shared = chosen[chosen["eval_set"] == "tiny.test"]
         assert shared["wer_diff_vs_parent"].notna().all(), shared
     assert report.loc[report["run"] == "tiny_ctc", "parent_run"].isna().all()
+    # against its full sibling, the LoRA run names what it trains differently
+    changed = report.loc[report["run"] == "lora", "changed_vs_baseline"].dropna().unique()
+    assert len(changed) == 1 and "adapter none -> lora r2 a4" in changed[0], changed
     # the LoRA sibling's trained artifacts carry their adapter's size (the baseline, the
     # parent's weights as they are, has none, nor has the full fine-tune)
     trained_lora = report[(report["run"] == "lora") & (report["artifact"] != "baseline")]
