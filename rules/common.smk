@@ -3,7 +3,6 @@
 import os
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 from asrflow import config_check, layout, project, runs
 from asrflow.artifacts import BASELINE, is_average
@@ -12,7 +11,7 @@ from asrflow.errors import AsrflowError
 from asrflow.params import canonical
 from asrflow.lineage import with_init_runs
 from asrflow.replicas import expand_replicas, replica_runs
-from asrflow.settings import config_error_message, with_first_run_as_baseline
+from asrflow.settings import with_defaults, with_first_run_as_baseline
 from asrflow.recipe.load import AUDIT_SECTIONS
 from asrflow.recipe.rules import RULES_VERSION
 from asrflow.train.run.launch import train_resources
@@ -23,11 +22,14 @@ share_package_with_jobs(f"{workflow.basedir}/src")
 # a bad config or recipe stops here with one line naming the key (not Snakemake's dump of the
 # schema, nor a recipe error inside the first rule that reads a recipe)
 try:
-    validate(config, "../config/config.schema.yaml")
+    # config/config.schema.yaml's defaults filled in, as snakemake.utils.validate would
+    config.update(with_defaults(config, source="config"))
     # a run that names no tokenizer gets <corpus>_auto (model_type auto), its defaults filled
     # (before replicas are expanded: the schema has no place for replica_of)
-    config.update(project.with_default_tokenizers(config))
-    validate(config, "../config/config.schema.yaml")
+    config.update(with_defaults(project.with_default_tokenizers(config), source="config"))
+except AsrflowError as e:
+    raise WorkflowError(str(e)) from None  # names the key, already
+try:
     # the report's baseline by default: the first run as written (the keys are sorted below)
     config.update(with_first_run_as_baseline(config))
     # a run with seeds: [0, 1] becomes the runs <run>-seed0 and <run>-seed1 (asrflow.replicas)
@@ -37,8 +39,6 @@ try:
     config_check.check_config(config)
     # every run's recipe and overrides, so that a bad one stops here naming the run and the file
     runs.check_recipes(config)
-except WorkflowError as e:
-    raise WorkflowError(config_error_message(e, "config")) from None
 except AsrflowError as e:
     raise WorkflowError(f"config, {e}") from None
 # Settings reach the rules as params, which Snakemake compares by their repr: with every

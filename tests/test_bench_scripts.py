@@ -701,3 +701,12 @@ def test_recipe_compare_sets_the_shipped_run_against_auto_and_reads_the_replica_
     assert rows[0]["spread"] == "1.00 (14.00 %-16.00 %)"
     assert rows[1]["recipe"] == "?" and rows[1]["spread"] == "n/a (20.00 %-20.00 %)"
     assert rows[1]["diff"] == "+5.00 [1.00, 9.00]"
+
+
+def test_rerun_speed_times_the_demo_as_the_readme_runs_it(tmp_path: Path, monkeypatch) -> None:
+    bench = load_bench(REPO / "bench/rerun_speed.py")
+    (tmp_path / "uv.lock").touch()
+    monkeypatch.setattr(bench.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert bench.demo_command(tmp_path) == ["uv", "run", "snakemake", "-n"]
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # no uv: the project's Python
+    assert bench.demo_command(tmp_path) == [sys.executable, "-m", "snakemake", "-n"]

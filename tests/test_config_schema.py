@@ -20,7 +20,7 @@ from asrflow.data.issues import ValidationConfig
 from asrflow.errors import AsrflowError
 from asrflow.evaluate.decode import Decoding
 from asrflow.evaluate.stages import decoding_from_config
-from asrflow.settings import config_error_message, filling_validator
+from asrflow.settings import config_error_message, filling_validator, with_defaults
 from asrflow.text import TextNormalization
 from asrflow.tokenizer import TokenizerConfig
 
@@ -158,8 +158,11 @@ def test_shipped_config_validates_and_defaults_are_filled() -> None:
 
 
 def test_snakemake_validate_fills_the_same_defaults() -> None:
-    """What rules/common.smk runs; outside a workflow the schema path must be absolute."""
-    ours = fill(load_config())
+    """rules/common.smk validates with asrflow.settings.with_defaults (the schema parsed once
+    by LibYAML) instead of Snakemake's validate: the two must fill the same defaults. Outside a
+    workflow Snakemake's schema path must be absolute."""
+    ours = with_defaults(load_config())
+    assert ours == fill(load_config())
     theirs = load_config()
     snakemake_validate(theirs, str(SCHEMA_PATH))
     assert theirs == ours
