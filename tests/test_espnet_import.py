@@ -107,3 +107,31 @@ def test_the_compile_mark_stand_in_returns_the_function_in_both_forms():
     assert _not_compiled(f) is f
     assert _not_compiled(recursive=False)(f) is f
     assert _not_compiled(f, False) is f
+
+
+DEFER_PROBE = """
+import sys
+from asrflow.espnet_import import espnet_import
+with espnet_import():
+    import espnet2.bin.asr_inference
+    import espnet2.train.preprocessor as preprocessor
+print(type(sys.modules["scipy.signal"]).__name__)
+window = preprocessor.scipy.signal.get_window("hann", 4)  # ESPnet's way to it, first use
+import scipy.signal
+print(type(sys.modules["scipy.signal"]).__name__, preprocessor.scipy.signal is scipy.signal)
+print(window.shape == (4,) and scipy.signal.get_window("hann", 4).tolist() == window.tolist())
+"""
+
+
+def test_scipy_signal_is_imported_when_first_used_and_then_is_the_real_module():
+    clean = {k: v for k, v in environment().items() if k not in (KEEP_CHECKS, AS_IS)}
+    proc = subprocess.run(
+        [sys.executable, "-c", DEFER_PROBE],
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:3] == ["Deferred", "module True", "True"], proc.stdout

@@ -22,10 +22,15 @@ import cost those jobs seconds and change nothing they compute:
   import finds a stand-in whose ``AlignmentModule`` no module is an instance of, which is the
   answer for every ASR model; afterwards the stand-in is gone, so an import of the real module
   later gets the real one.
+- **SciPy's signal module.** ``espnet2.train.preprocessor`` imports ``scipy.signal`` at its top
+  (0.8 s) for the room-impulse convolutions and windows of its training augmentations, which
+  no export or evaluate job runs. Within :func:`espnet_import`, ``scipy.signal`` (when not
+  yet imported) is a :class:`Deferred` module: the real one is imported when first used, by
+  whoever uses it. A train job imports it anyway (Lightning's metrics do).
 
-Together the last two take more than a second off each such job's import of ESPnet (the start-up
-table of docs/performance.md). :func:`espnet_import` does all three for the imports made inside
-it::
+Together the last three take about two seconds off each such job's import of ESPnet (the
+start-up table of docs/performance.md). :func:`espnet_import` does all four for the imports made
+inside it::
 
     with espnet_import():
         from espnet2.tasks.asr import ASRTask
@@ -39,6 +44,8 @@ its model.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sys
 import types
@@ -59,6 +66,10 @@ STAND_INS: dict[str, tuple[str, ...]] = {
 }
 """Modules that ESPnet's ASR path imports only for ``isinstance`` tests against their classes,
 and the classes it imports from each (see the module)."""
+
+DEFERRED = ("scipy.signal",)
+"""Modules that ESPnet imports at its modules' tops but uses only in training augmentations:
+loaded on first use (see the module)."""
 
 
 def _unchecked(target: Any = None, **_options: Any) -> Any:
@@ -125,13 +136,44 @@ def _stand_ins() -> Iterator[None]:
                 del sys.modules[name]
 
 
+class Deferred(types.ModuleType):
+    """Stands in for a module until an attribute of it is first asked for: then the real module
+    is imported, takes its place (in ``sys.modules`` and on its package) and answers.
+
+    Not :class:`importlib.util.LazyLoader`: its module loads as soon as an ``import`` statement
+    names it again (the import system reads its ``__spec__``), which ESPnet's modules do."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def defer(name: str) -> None:
+    """``name``, when not yet imported, a :class:`Deferred` module (its package imported)."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is None:  # not installed: ESPnet's own import will say so
+        return
+    module = Deferred(name, f"asrflow.espnet_import defers {name} until it is used")
+    module.__spec__ = spec
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)  # as the import system does for a submodule
+
+
 @contextmanager
 def espnet_import() -> Iterator[None]:
     """Within it, ESPnet imports without typeguard's instrumentation, ``torch.compiler.disable``
-    marks or the TTS aligner (see the module)."""
+    marks or the TTS aligner, and SciPy's signal module loads when first used (see the
+    module)."""
     with ExitStack() as stack:
         if os.environ.get(AS_IS) != "1":
             stack.enter_context(_typeguard_off())
             stack.enter_context(_compile_marks_off())
             stack.enter_context(_stand_ins())
+            for name in DEFERRED:
+                defer(name)
         yield
