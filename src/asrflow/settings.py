@@ -117,8 +117,8 @@ def with_defaults(
     """A copy of ``config`` validated against the schema (``schema``, default
     :func:`schema_file`, parsed once per process by LibYAML) with the schema's defaults filled
     in, equal to what ``snakemake.utils.validate(config, schema)`` would leave in the workflow's
-    config: the workflow validates with it (rules/common.smk), as Snakemake's parses the schema
-    in pure Python, twice (0.3 s of every ``snakemake`` call). An invalid config is an
+    config: the workflow validates with it (rules/common.smk), where Snakemake's parsed the
+    schema in pure Python at each of its two validations. An invalid config is an
     :class:`AsrflowError` (:func:`config_error_message`, naming ``source``). The input is not
     modified.
 
