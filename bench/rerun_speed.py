@@ -63,7 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -406,11 +406,14 @@ def time_dry_runs(
     return median(walls), jobs
 
 
-def stub_scontrol_env(tmp: Path) -> dict[str, str]:
-    stub = tmp / "scontrol"
-    stub.write_text("#!/bin/sh\nexit 1\n")
-    stub.chmod(0o755)
-    return {**os.environ, "PATH": f"{tmp}{os.pathsep}{os.environ.get('PATH', '')}"}
+@contextlib.contextmanager
+def stub_scontrol_env() -> Iterator[dict[str, str]]:
+    """While inside, an environment with a stub ``scontrol`` (fails at once) first on ``PATH``."""
+    with tempfile.TemporaryDirectory(prefix="stub-scontrol-") as tmp:
+        stub = Path(tmp) / "scontrol"
+        stub.write_text("#!/bin/sh\nexit 1\n")
+        stub.chmod(0o755)
+        yield {**os.environ, "PATH": f"{tmp}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def bench_dry_run(args: argparse.Namespace, figures: Figures, scontrol_ok: bool) -> None:
@@ -449,20 +452,17 @@ def bench_dry_run(args: argparse.Namespace, figures: Figures, scontrol_ok: bool)
         f"< {GOAL_DRY_RUN_S:g} s",
         median_s < GOAL_DRY_RUN_S and jobs == 0,
     )
-    stub_dir = Path(tempfile.mkdtemp(prefix="stub-scontrol-"))
-    try:
-        if not scontrol_ok:
+    if not scontrol_ok:
+        with stub_scontrol_env() as env:
             median_s, _ = time_dry_runs(
                 "snakemake -n, stub scontrol (no SLURM wait)",
                 [*cmd, "-n"],
                 root,
                 args.dry_runs,
-                env=stub_scontrol_env(stub_dir),
+                env=env,
             )
-            figures.add("  the same, stub scontrol (no SLURM wait)", f"{median_s:.2f} s")
-        bench_demo(args, figures, scontrol_ok, stub_dir)
-    finally:
-        shutil.rmtree(stub_dir, ignore_errors=True)
+        figures.add("  the same, stub scontrol (no SLURM wait)", f"{median_s:.2f} s")
+    bench_demo(args, figures, scontrol_ok)
 
 
 def demo_command(demo: Path) -> list[str]:
@@ -475,7 +475,7 @@ def demo_command(demo: Path) -> list[str]:
     return [str(python), "-m", "snakemake", "-n"]
 
 
-def bench_demo(args: argparse.Namespace, figures: Figures, scontrol_ok: bool, stub_dir: Path):
+def bench_demo(args: argparse.Namespace, figures: Figures, scontrol_ok: bool) -> None:
     demo = args.demo_workdir
     if demo is None:
         if not (REPO / FINISHED_DEMO).is_file():
@@ -493,8 +493,10 @@ def bench_demo(args: argparse.Namespace, figures: Figures, scontrol_ok: bool, st
         median_s < GOAL_DEMO_DRY_RUN_S and jobs == 0,
     )
     if not scontrol_ok:
-        env = stub_scontrol_env(stub_dir)
-        median_s, _ = time_dry_runs("snakemake -n, stub scontrol", cmd, demo, args.dry_runs, env)
+        with stub_scontrol_env() as env:
+            median_s, _ = time_dry_runs(
+                "snakemake -n, stub scontrol", cmd, demo, args.dry_runs, env
+            )
         figures.add("  the same, stub scontrol (no SLURM wait)", f"{median_s:.2f} s")
 
 
@@ -575,11 +577,7 @@ def main() -> None:
     if "dry-run" in only:
         bench_dry_run(args, figures, scontrol_ok)
     elif "demo" in only:
-        stub_dir = Path(tempfile.mkdtemp(prefix="stub-scontrol-"))
-        try:
-            bench_demo(args, figures, scontrol_ok, stub_dir)
-        finally:
-            shutil.rmtree(stub_dir, ignore_errors=True)
+        bench_demo(args, figures, scontrol_ok)
 
     if args.prepare:
         out("\nprepared; no timings taken (run again without --prepare)")
